@@ -1,0 +1,77 @@
+"""The key/value cache for incremental decoding.
+
+An explicit object: `Transformer.init_cache` makes one, `Transformer.decode` takes it,
+appends to it and returns it. Nothing is hidden on modules. Cross-attention keys and
+values are computed once per source, in `init_cache`; self-attention keys and values
+grow by one step per decoded token in preallocated buffers (no per-step `torch.cat`).
+
+State, per decoder layer l (K = batch rows, beams included):
+    cross_k[l], cross_v[l]: (K, H, S, Dh)   projected encoder output, fixed
+    self_k[l],  self_v[l]:  (K, H, C, Dh)   buffers of capacity C >= length
+    src_mask:               (K, S) bool     True at real source tokens
+    length:                 int             target positions already decoded
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class KVCache:
+    def __init__(self, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, capacity: int = 64):
+        self.cross_k = [k for k, _ in cross_kv]
+        self.cross_v = [v for _, v in cross_kv]
+        self.src_mask = src_mask
+        self.self_k: list[Tensor | None] = [None] * len(cross_kv)
+        self.self_v: list[Tensor | None] = [None] * len(cross_kv)
+        self.length = 0
+        self.capacity = capacity
+
+    def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this step's keys/values (K, H, t, Dh); return all so far (K, H, length + t, Dh)."""
+        end = self.length + k.shape[2]
+        buf_k, buf_v = self.self_k[layer], self.self_v[layer]
+        if buf_k is None or buf_k.dtype != k.dtype or end > buf_k.shape[2]:
+            buf_k, buf_v = self._grow(buf_k, k, end), self._grow(buf_v, v, end)
+            self.self_k[layer], self.self_v[layer] = buf_k, buf_v
+        buf_k[:, :, self.length:end] = k
+        buf_v[:, :, self.length:end] = v
+        return buf_k[:, :, :end], buf_v[:, :, :end]
+
+    def _grow(self, old: Tensor | None, new: Tensor, needed: int) -> Tensor:
+        self.capacity = max(self.capacity, needed, 2 * (old.shape[2] if old is not None else 0))
+        K, H, _, Dh = new.shape
+        buf = new.new_empty(K, H, self.capacity, Dh)
+        if old is not None and self.length:
+            buf[:, :, : self.length] = old[:, :, : self.length]
+        return buf
+
+    def advance(self, steps: int) -> None:
+        """Called once per decode call, after every layer has appended `steps` positions."""
+        self.length += steps
+
+    def reorder(self, indices: Tensor) -> "KVCache":
+        """A cache whose row i is this cache's row indices[i] (K,) -> (K',).
+
+        Beam search uses it to follow surviving hypotheses and, with
+        `arange(B).repeat_interleave(beam)`, to expand a batch to beams.
+        """
+        pick = lambda t: t.index_select(0, indices)  # noqa: E731
+        out = KVCache.__new__(KVCache)
+        out.cross_k = [pick(t) for t in self.cross_k]
+        out.cross_v = [pick(t) for t in self.cross_v]
+        out.src_mask = pick(self.src_mask)
+        out.self_k = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_k]
+        out.self_v = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_v]
+        out.length = self.length
+        out.capacity = self.capacity
+        for layer, (k, v) in enumerate(zip(out.self_k, out.self_v)):
+            if k is not None:  # restore spare capacity so the next appends do not reallocate
+                out.self_k[layer] = out._grow(k, k, self.capacity)
+                out.self_v[layer] = out._grow(v, v, self.capacity)
+        return out
+
+    @property
+    def batch_size(self) -> int:
+        return self.src_mask.shape[0]

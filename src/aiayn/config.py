@@ -1,0 +1,169 @@
+"""Configuration: frozen dataclasses holding every paper default in exactly one place.
+
+The defaults below are those of Vaswani et al. (2017), "Attention Is All You Need":
+the base model of Table 3 (§3, §6.2), the training recipe of §5.3-§5.4 and the
+decoding settings of §6.1. Presets only override fields; they never restate a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+# Special token ids, fixed for every vocabulary (subword or synthetic).
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field."""
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Model hyper-parameters. Defaults are the paper's base model (Table 3).
+
+    `share_embeddings=None` resolves to True when the source and target vocabularies
+    are one joint vocabulary (equal sizes), as in §3.4; False otherwise.
+    """
+
+    src_vocab_size: int = 37000
+    tgt_vocab_size: Optional[int] = None  # None: same as source (joint vocabulary)
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1  # residual + embedding dropout, P_drop of §5.4
+    attention_dropout: float = 0.0  # on attention weights; not in the paper
+    activation_dropout: float = 0.0  # inside the FFN; not in the paper
+    norm_first: bool = False  # False: post-norm, as in the paper; True: pre-norm
+    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"
+    max_positions: int = 1024  # learned table size; sinusoidal extends on demand
+    share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
+    tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
+    layer_norm_eps: float = 1e-5
+    pad_id: int = PAD_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+    def __post_init__(self) -> None:
+        if self.tgt_vocab_size is None:
+            object.__setattr__(self, "tgt_vocab_size", self.src_vocab_size)
+        if self.share_embeddings is None:
+            object.__setattr__(self, "share_embeddings", self.src_vocab_size == self.tgt_vocab_size)
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
+            _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            _check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
+        _check(
+            self.d_model % self.n_heads == 0,
+            f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
+        )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            p = getattr(self, name)
+            _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+        _check(self.positional in ("sinusoidal", "learned"),
+               f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        _check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
+               "share_embeddings needs a joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        specials = {self.pad_id, self.bos_id, self.eos_id}
+        _check(len(specials) == 3, "pad_id, bos_id and eos_id must differ")
+        _check(max(specials) < min(self.src_vocab_size, self.tgt_vocab_size),
+               "special ids must lie inside both vocabularies")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+        """A named preset (`tiny`, `small`, `base`, `big`) with optional field overrides."""
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TransformerConfig":
+        return cls(**_known_fields(cls, data, "model config"))
+
+
+# Only differences from the base defaults above. `big` is Table 3's "big" row
+# (P_drop 0.3 for EN-DE); `small` and `tiny` are ours, for CPUs and tests.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "big": {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "dropout": 0.3},
+    "small": {"d_model": 256, "n_heads": 4, "n_encoder_layers": 3, "n_decoder_layers": 3, "d_ff": 1024},
+    "tiny": {"d_model": 32, "n_heads": 2, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 64},
+}
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimiser and loss settings of §5.3-§5.4."""
+
+    label_smoothing: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    warmup_steps: int = 4000
+    lr_factor: float = 1.0  # scales d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    clip_norm: float = 0.0  # 0 disables; the paper does not clip
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        _check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+               f"betas must be two numbers in [0, 1), got {self.betas}")
+        object.__setattr__(self, "betas", tuple(self.betas))
+        _check(self.eps > 0, f"eps must be positive, got {self.eps}")
+        _check(self.warmup_steps >= 1, f"warmup_steps must be at least 1, got {self.warmup_steps}")
+        _check(self.lr_factor > 0, f"lr_factor must be positive, got {self.lr_factor}")
+        _check(self.clip_norm >= 0, f"clip_norm must be >= 0, got {self.clip_norm}")
+        _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Decoding settings of §6.1: beam 4, length penalty α = 0.6, max length = a·|src| + b."""
+
+    beam_size: int = 4
+    length_penalty: float = 0.6  # α
+    length_penalty_form: str = "gnmt"  # "gnmt": ((5+|Y|)/6)^α (the paper's); "plain": |Y|^α
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    nbest: int = 1
+
+    def __post_init__(self) -> None:
+        _check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
+        _check(self.length_penalty >= 0, f"length_penalty must be >= 0, got {self.length_penalty}")
+        _check(self.length_penalty_form in ("gnmt", "plain"),
+               f"length_penalty_form must be 'gnmt' or 'plain', got {self.length_penalty_form!r}")
+        _check(self.max_len_a >= 0 and self.max_len_b >= 0, "max_len_a and max_len_b must be >= 0")
+        _check(1 <= self.nbest <= self.beam_size,
+               f"nbest must be in [1, beam_size={self.beam_size}], got {self.nbest}")
+
+
+def _known_fields(cls: type, data: dict, what: str) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(f"unknown {what} key(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    return dict(data)
+
+
+__all__ = [
+    "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "ConfigError", "TransformerConfig", "OptimConfig",
+    "DecodeConfig", "PRESETS",
+]

@@ -1,0 +1,78 @@
+"""Token embeddings (§3.4) and positional encodings (§3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class Embeddings(nn.Module):
+    """Token embedding multiplied by sqrt(d_model) (§3.4).
+
+    Initialised N(0, d_model^-0.5), so scaled embeddings start with unit variance and the
+    tied pre-softmax projection starts with small logits.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.scale = math.sqrt(d_model)
+        self.pad_id = pad_id
+        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        with torch.no_grad():
+            self.weight[pad_id].zero_()
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """(B, T) long -> (B, T, D)."""
+        return nn.functional.embedding(tokens, self.weight, self.pad_id) * self.scale
+
+
+def sinusoid_table(length: int, d_model: int, start: int = 0) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (§3.5).
+
+    Returns (length, d_model) in float32 for positions start .. start + length - 1.
+    """
+    pos = torch.arange(start, start + length, dtype=torch.float64)[:, None]  # (T, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    angles = pos * inv_freq  # (T, D/2)
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angles)
+    table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    return table.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoids (§3.5). Valid for any position: the table grows on demand."""
+
+    def __init__(self, d_model: int, initial_length: int = 1024):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("table", sinusoid_table(initial_length, d_model), persistent=False)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        """Encodings for positions start .. start + length - 1: (length, D)."""
+        end = start + length
+        if end > self.table.shape[0]:
+            self.table = sinusoid_table(max(end, 2 * self.table.shape[0]), self.d_model).to(self.table.device)
+        return self.table[start:end]
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """A learned table of `max_positions` vectors, the alternative that §3.5 compares against."""
+
+    def __init__(self, d_model: int, max_positions: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(max_positions, d_model))
+        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        """Encodings for positions start .. start + length - 1: (length, D)."""
+        end = start + length
+        if end > self.weight.shape[0]:
+            raise ValueError(
+                f"position {end - 1} is beyond the learned table (max_positions={self.weight.shape[0]}); "
+                "use positional='sinusoidal' or a larger max_positions"
+            )
+        return self.weight[start:end]

@@ -1,0 +1,114 @@
+"""Encoder and decoder layers (§3.1): attention and feed-forward sub-layers, each wrapped
+in a residual connection with dropout and layer normalisation.
+
+Post-norm (the paper): x = LayerNorm(x + Dropout(Sublayer(x))).
+Pre-norm (option):     x = x + Dropout(Sublayer(LayerNorm(x))), with a final norm per stack.
+The layout follows `torch.nn.TransformerEncoderLayer`/`TransformerDecoderLayer`, which the
+tests use as the reference.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.attention import MultiHeadAttention
+from aiayn.cache import KVCache
+from aiayn.config import TransformerConfig
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3). (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+        for linear in (self.linear1, self.linear2):
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+
+
+class SublayerConnection(nn.Module):
+    """Residual + dropout + LayerNorm around one sub-layer (§3.1, §5.4).
+
+    Used in two halves so sub-layers may return extra outputs (attention weights):
+        h = conn.input(x); y = sublayer(h); x = conn.output(x, y)
+    """
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def input(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def output(self, x: Tensor, y: Tensor) -> Tensor:
+        x = x + self.dropout(y)
+        return x if self.norm_first else self.norm(x)
+
+
+def _connection(cfg: TransformerConfig) -> SublayerConnection:
+    return SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN. x: (B, S, D); mask: (B, 1, 1, S), True = real source token."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.sa_conn, self.ff_conn = _connection(cfg), _connection(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
+        """Returns (x (B, S, D), self-attention weights (B, H, S, S) or None)."""
+        y, weights = self.self_attn(self.sa_conn.input(x), mask=mask, need_weights=need_weights)
+        x = self.sa_conn.output(x, y)
+        x = self.ff_conn.output(x, self.ff(self.ff_conn.input(x)))
+        return x, weights
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, then FFN (§3.1).
+
+    Always runs against a `KVCache`: teacher forcing is the special case of an empty
+    cache and a whole target prefix, so training and incremental decoding share one path.
+    """
+
+    def __init__(self, cfg: TransformerConfig, index: int):
+        super().__init__()
+        self.index = index
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.sa_conn, self.ca_conn, self.ff_conn = _connection(cfg), _connection(cfg), _connection(cfg)
+
+    def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor, need_weights: bool = False):
+        """x: (B, T, D) new target positions; cross_mask: (B, 1, 1, S).
+
+        Returns (x, self weights (B, H, T, P+T) or None, cross weights (B, H, T, S) or None).
+        """
+        x, self_w = self._sa_block(x, cache, need_weights)
+        x, cross_w = self._mha_block(x, cache, cross_mask, need_weights)
+        x = self.ff_conn.output(x, self.ff(self.ff_conn.input(x)))
+        return x, self_w, cross_w
+
+    def _sa_block(self, x: Tensor, cache: KVCache, need_weights: bool):
+        q, k, v = self.self_attn.project_qkv(self.sa_conn.input(x))
+        k, v = cache.append(self.index, k, v)  # (B, H, P+T, Dh)
+        causal = q.shape[2] > 1  # a single new query may see every cached key
+        y, w = self.self_attn.attend(q, k, v, is_causal=causal, need_weights=need_weights)
+        return self.sa_conn.output(x, y), w
+
+    def _mha_block(self, x: Tensor, cache: KVCache, cross_mask: Tensor, need_weights: bool):
+        q = self.cross_attn.project_q(self.ca_conn.input(x))
+        k, v = cache.cross_k[self.index], cache.cross_v[self.index]
+        y, w = self.cross_attn.attend(q, k, v, mask=cross_mask, need_weights=need_weights)
+        return self.ca_conn.output(x, y), w

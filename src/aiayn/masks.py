@@ -1,0 +1,36 @@
+"""Attention masks, built here and nowhere else.
+
+One polarity throughout: a boolean mask where **True means "may attend"**. This is what
+`torch.nn.functional.scaled_dot_product_attention` reads, so nothing is inverted before
+the kernel. Masks combine with `&`. Shapes broadcast to (B, H, Tq, Tk).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
+    """True at real tokens. (B, S) -> (B, S)."""
+    return tokens != pad_id
+
+
+def key_mask(keep: Tensor) -> Tensor:
+    """Per-key mask as an attention mask. (B, Tk) -> (B, 1, 1, Tk)."""
+    return keep[:, None, None, :]
+
+
+def causal_mask(length: int, past: int = 0, device: torch.device | None = None) -> Tensor:
+    """Query i (absolute position past + i) may attend key j iff j <= past + i.
+
+    Returns (length, past + length): the §3.2.3 mask that keeps decoding auto-regressive.
+    """
+    q = torch.arange(past, past + length, device=device)[:, None]
+    k = torch.arange(past + length, device=device)[None, :]
+    return k <= q
+
+
+def rows_with_keys(mask: Tensor) -> Tensor:
+    """True for query rows that may attend at least one key. (..., Tq, Tk) -> (..., Tq, 1)."""
+    return mask.any(dim=-1, keepdim=True)

@@ -1,0 +1,199 @@
+"""The Transformer encoder-decoder (§3, Figure 1).
+
+Shape legend, used in comments throughout the package:
+    B batch, S source length, T target length (new positions), P cached target positions,
+    D d_model, H heads, Dh head dim (D / H), V vocabulary, K beam (rows = B * K).
+Masks are boolean, True = may attend (`aiayn.masks`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn import masks
+from aiayn.cache import KVCache
+from aiayn.config import TransformerConfig
+from aiayn.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.io import atomic_write
+from aiayn.layers import DecoderLayer, EncoderLayer
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+
+
+@dataclass
+class EncoderOutput:
+    memory: Tensor  # (B, S, D)
+    src_mask: Tensor  # (B, S) bool, True at real tokens
+    attentions: list[Tensor] | None = None  # per layer (B, H, S, S), when asked for
+
+
+@dataclass
+class DecoderOutput:
+    logits: Tensor  # (B, T, V)
+    cache: KVCache
+    self_attentions: list[Tensor] | None = None  # per layer (B, H, T, P+T)
+    cross_attentions: list[Tensor] | None = None  # per layer (B, H, T, S)
+
+
+def _positional(cfg: TransformerConfig) -> nn.Module:
+    if cfg.positional == "learned":
+        return LearnedPositionalEncoding(cfg.d_model, cfg.max_positions)
+    return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions)
+
+
+class Encoder(nn.Module):
+    """N identical layers over embedded + position-encoded source tokens (§3.1)."""
+
+    def __init__(self, cfg: TransformerConfig, embed: Embeddings):
+        super().__init__()
+        self.embed, self.positions = embed, _positional(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
+        """src: (B, S) ids; src_mask: (B, S) -> (memory (B, S, D), weights per layer or None)."""
+        x = self.dropout(self.embed(src) + self.positions(src.shape[1]))  # (B, S, D)
+        attn_mask = None if bool(src_mask.all()) else masks.key_mask(src_mask)  # (B, 1, 1, S)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, attn_mask, need_weights)
+            weights.append(w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, (weights if need_weights else None)
+
+
+class Decoder(nn.Module):
+    """N identical layers with masked self-attention and encoder-decoder attention (§3.1)."""
+
+    def __init__(self, cfg: TransformerConfig, embed: Embeddings):
+        super().__init__()
+        self.embed, self.positions = embed, _positional(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, tgt: Tensor, cache: KVCache, need_weights: bool = False):
+        """tgt: (B, T) ids at positions cache.length ...; returns hidden (B, T, D) and weights."""
+        x = self.dropout(self.embed(tgt) + self.positions(tgt.shape[1], start=cache.length))
+        cross_mask = masks.key_mask(cache.src_mask)  # (B, 1, 1, S)
+        self_ws, cross_ws = [], []
+        for layer in self.layers:
+            x, sw, cw = layer(x, cache, cross_mask, need_weights)
+            self_ws.append(sw)
+            cross_ws.append(cw)
+        cache.advance(tgt.shape[1])
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, (self_ws if need_weights else None), (cross_ws if need_weights else None)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder of Figure 1.
+
+    Shape:
+        src: (B, S) token ids, padded with `pad_id`; tgt: (B, T) decoder input ids
+        (BOS + target prefix); forward returns logits (B, T, V_tgt).
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.config = cfg = config
+        src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model, cfg.pad_id)
+        tgt_embed = src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, cfg.d_model, cfg.pad_id)
+        self.encoder = Encoder(cfg, src_embed)
+        self.decoder = Decoder(cfg, tgt_embed)
+        self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
+        if self.output_proj is not None:
+            nn.init.normal_(self.output_proj.weight, std=cfg.d_model**-0.5)
+
+    # -- the three public entry points ------------------------------------------------
+    def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOutput:
+        src_mask = masks.padding_mask(src, self.config.pad_id)  # (B, S)
+        memory, weights = self.encoder(src, src_mask, need_weights)
+        return EncoderOutput(memory, src_mask, weights)
+
+    def init_cache(self, enc: EncoderOutput, capacity: int = 64) -> KVCache:
+        """A fresh cache holding each decoder layer's cross-attention keys/values (§3.2.3)."""
+        cross = [layer.cross_attn.project_kv(enc.memory) for layer in self.decoder.layers]
+        return KVCache(cross, enc.src_mask, capacity)
+
+    def decode(self, tgt: Tensor, cache: KVCache, need_weights: bool = False) -> DecoderOutput:
+        """Run the decoder on new target positions and extend `cache` in place.
+
+        tgt: (B, T) ids for positions cache.length .. cache.length + T - 1. With an empty
+        cache and the whole prefix this is teacher forcing; with T = 1 it is one step.
+        """
+        hidden, self_ws, cross_ws = self.decoder(tgt, cache, need_weights)
+        return DecoderOutput(self.project(hidden), cache, self_ws, cross_ws)
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Pre-softmax linear map (§3.4), tied to the target embedding by default. -> (..., V)."""
+        if self.output_proj is None:
+            return F.linear(hidden, self.decoder.embed.weight)
+        return self.output_proj(hidden)
+
+    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+        """Teacher-forced logits: (B, S), (B, T) -> (B, T, V)."""
+        enc = self.encode(src)
+        return self.decode(tgt, self.init_cache(enc, capacity=tgt.shape[1])).logits
+
+    # -- parameters and persistence ------------------------------------------------------
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (tied matrices count once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write config.json and model.safetensors (no pickle), each atomically."""
+        from safetensors.torch import save_model
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        with atomic_write(directory / CONFIG_FILE) as tmp:
+            tmp.write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        with atomic_write(directory / WEIGHTS_FILE) as tmp:
+            save_model(self, str(tmp))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "Transformer":
+        """Read a directory written by `save_pretrained`. Errors name the missing or bad file."""
+        from safetensors.torch import load_model
+
+        directory = Path(directory)
+        config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+        for path in (config_path, weights_path):
+            if not path.is_file():
+                raise FileNotFoundError(f"{path}: not found; is {directory} a model directory?")
+        try:
+            config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
+        except (json.JSONDecodeError, TypeError) as e:
+            raise ValueError(f"{config_path}: not a valid model config ({e})") from e
+        model = cls(config)
+        try:
+            load_model(model, str(weights_path), device=str(device))
+        except Exception as e:  # safetensors raises several types for truncated/corrupt files
+            raise ValueError(f"{weights_path}: cannot load weights ({e})") from e
+        return model.to(device).eval()
+
+
+def count_parameters(cfg: TransformerConfig) -> int:
+    """The analytic parameter count of `Transformer(cfg)`, for checking and for the README."""
+    D, F_ = cfg.d_model, cfg.d_ff
+    attention = 4 * (D * D + D)  # W^Q, W^K, W^V, W^O with biases
+    ffn = D * F_ + F_ + F_ * D + D
+    norm = 2 * D
+    encoder = cfg.n_encoder_layers * (attention + ffn + 2 * norm)
+    decoder = cfg.n_decoder_layers * (2 * attention + ffn + 3 * norm)
+    final_norms = 2 * norm if cfg.norm_first else 0
+    embeddings = cfg.src_vocab_size * D + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * D)
+    output = 0 if cfg.tie_output else cfg.tgt_vocab_size * D
+    learned = 2 * cfg.max_positions * D if cfg.positional == "learned" else 0
+    return encoder + decoder + final_norms + embeddings + output + learned
