@@ -1,0 +1,80 @@
+import pytest
+import torch
+from torch import nn
+
+from aiayn import masks
+from aiayn.attention import MultiHeadAttention, scaled_dot_product_attention
+
+D, H = 16, 4
+
+
+def pair():
+    ours = MultiHeadAttention(D, H).eval()
+    ref = nn.MultiheadAttention(D, H, batch_first=True).eval()
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(ours.in_proj.weight)
+        ref.in_proj_bias.copy_(ours.in_proj.bias)
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ours, ref
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_self_attention_with_padding_matches_torch(need_weights):
+    ours, ref = pair()
+    x = torch.randn(3, 5, D)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    out, w = ours(x, mask=masks.key_mask(keep), need_weights=need_weights)
+    expected, ref_w = ref(x, x, x, key_padding_mask=~keep, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_causal_self_attention_matches_torch(need_weights):
+    ours, ref = pair()
+    x = torch.randn(2, 6, D)
+    out, _ = ours(x, is_causal=True, need_weights=need_weights)
+    expected, _ = ref(x, x, x, attn_mask=~masks.causal_mask(6))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_and_padding_combined_match_torch():
+    ours, ref = pair()
+    x = torch.randn(2, 4, D)
+    keep = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+    out, _ = ours(x, mask=masks.key_mask(keep), is_causal=True)
+    expected, _ = ref(x, x, x, attn_mask=~masks.causal_mask(4), key_padding_mask=~keep)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_cross_attention_matches_torch():
+    ours, ref = pair()
+    q, mem = torch.randn(2, 3, D), torch.randn(2, 7, D)
+    keep = torch.ones(2, 7, dtype=torch.bool)
+    keep[1, 4:] = False
+    out, _ = ours(q, mem, mask=masks.key_mask(keep))
+    expected, _ = ref(q, mem, mem, key_padding_mask=~keep)
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_fully_masked_row_gives_zeros_not_nan(need_weights):
+    q, k, v = (torch.randn(2, H, 3, 4, requires_grad=True) for _ in range(3))
+    keep = torch.tensor([[True, True, False], [False, False, False]])  # second sequence: nothing to attend
+    out, w = scaled_dot_product_attention(q, k, v, masks.key_mask(keep), need_weights=need_weights)
+    assert not torch.isnan(out).any()
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    out.sum().backward()
+    assert not any(torch.isnan(t.grad).any() for t in (q, k, v))
+    if need_weights:
+        assert torch.equal(w[1], torch.zeros_like(w[1]))
+
+
+def test_weights_rows_sum_to_one_and_masked_keys_get_zero():
+    q, k, v = (torch.randn(1, H, 3, 4) for _ in range(3))
+    keep = torch.tensor([[True, True, False]])
+    _, w = scaled_dot_product_attention(q, k, v, masks.key_mask(keep), need_weights=True)
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, H, 3))
+    assert torch.equal(w[..., 2], torch.zeros(1, H, 3))

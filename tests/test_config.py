@@ -1,0 +1,55 @@
+import pytest
+
+from aiayn.config import ConfigError, DecodeConfig, OptimConfig, TransformerConfig
+
+
+def test_base_defaults_are_the_paper():
+    c = TransformerConfig()
+    assert (c.d_model, c.n_heads, c.d_ff, c.n_encoder_layers, c.n_decoder_layers, c.dropout) == (512, 8, 2048, 6, 6, 0.1)
+    assert not c.norm_first and c.positional == "sinusoidal" and c.tie_output
+    o, d = OptimConfig(), DecodeConfig()
+    assert (o.label_smoothing, o.betas, o.eps, o.warmup_steps) == (0.1, (0.9, 0.98), 1e-9, 4000)
+    assert (d.beam_size, d.length_penalty, d.max_len_a, d.max_len_b) == (4, 0.6, 1.0, 50)
+
+
+def test_presets():
+    big = TransformerConfig.preset("big")
+    assert (big.d_model, big.n_heads, big.d_ff, big.dropout) == (1024, 16, 4096, 0.3)
+    small = TransformerConfig.preset("small", src_vocab_size=100)
+    assert (small.d_model, small.n_heads, small.n_encoder_layers, small.d_ff, small.src_vocab_size) == (256, 4, 3, 1024, 100)
+    with pytest.raises(ConfigError, match="unknown preset"):
+        TransformerConfig.preset("huge")
+
+
+def test_embedding_sharing_follows_joint_vocabulary():
+    assert TransformerConfig(src_vocab_size=100).share_embeddings
+    assert not TransformerConfig(src_vocab_size=100, tgt_vocab_size=90).share_embeddings
+    with pytest.raises(ConfigError, match="joint vocabulary"):
+        TransformerConfig(src_vocab_size=100, tgt_vocab_size=90, share_embeddings=True)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"d_model": 510}, "divisible by n_heads"),
+    ({"dropout": -0.1}, "dropout must be in"),
+    ({"attention_dropout": 1.0}, "attention_dropout"),
+    ({"n_encoder_layers": 0}, "n_encoder_layers"),
+    ({"positional": "rotary"}, "positional"),
+    ({"src_vocab_size": 2}, "special ids"),
+])
+def test_bad_values_are_clear_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message):
+        TransformerConfig(**kwargs)
+
+
+def test_other_configs_validate():
+    with pytest.raises(ConfigError, match="label_smoothing"):
+        OptimConfig(label_smoothing=1.5)
+    with pytest.raises(ConfigError, match="nbest"):
+        DecodeConfig(beam_size=2, nbest=3)
+
+
+def test_round_trip_and_unknown_keys():
+    c = TransformerConfig.preset("tiny", src_vocab_size=50)
+    assert TransformerConfig.from_dict(c.to_dict()) == c
+    with pytest.raises(ConfigError, match="d_modle"):
+        TransformerConfig.from_dict({**c.to_dict(), "d_modle": 3})
