@@ -1,6 +1,15 @@
-"""Learning-rate schedules. The paper's (§5.3) is the default."""
+"""Learning-rate schedules. The paper's (§5.3) is the default.
+
+Every schedule has the signature `fn(step, d_model, warmup_steps, factor) -> lr` and is
+evaluated once per optimizer update (not per micro-batch); steps count from 1.
+`SCHEDULES` maps the names a config may use to these functions.
+"""
 
 from __future__ import annotations
+
+from typing import Callable
+
+Schedule = Callable[[int, int, int, float], float]
 
 
 def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
@@ -11,3 +20,29 @@ def noam_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> 
     """
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def inverse_sqrt_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """fairseq's `inverse_sqrt`: linear warmup to a peak of `factor` (an absolute lr), then
+    factor · sqrt(warmup / step). Same shape as noam, but the peak ignores d_model."""
+    step = max(step, 1)
+    return factor * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
+
+
+def constant_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """Linear warmup to `factor` (an absolute lr), then constant."""
+    step = max(step, 1)
+    return factor * min(1.0, step / warmup_steps)
+
+
+SCHEDULES: dict[str, Schedule] = {
+    "noam": noam_lr,
+    "inverse_sqrt": inverse_sqrt_lr,
+    "constant": constant_lr,
+}
+
+
+def get_schedule(name: str) -> Schedule:
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; choose from {', '.join(SCHEDULES)}")
+    return SCHEDULES[name]

@@ -1,0 +1,182 @@
+"""Training checkpoints: crash-safe directories under `RUN_DIR/checkpoints/`.
+
+A checkpoint `ckpt_00001234/` (the update number) holds
+    config.json + model.safetensors   the weights, via `Transformer.save_pretrained` (no pickle)
+    trainer_state.pt                  optimizer + loss-scaler state, progress (step, epoch,
+                                      batch index in the epoch's batch list, elapsed time,
+                                      best validation, ...) and the RNG states of every rank
+                                      (python, numpy, torch, cuda) as lists/tensors, so it
+                                      loads with `torch.load(weights_only=True)`.
+It is written into a hidden temporary directory and renamed into place, so a kill -9
+mid-write leaves at most a `.tmp-*` directory that is ignored and removed later; the
+previous checkpoints are untouched. `best/` is the checkpoint with the best validation NLL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from aiayn.io import atomic_write
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_DIR, STATE_FILE, BEST = "checkpoints", "trainer_state.pt", "best"
+_NAME = re.compile(r"^ckpt_(\d+)$")
+# Test hook: seconds to sleep inside a checkpoint write, after the weights are on disk.
+SLEEP_ENV = "AIAYN_CHECKPOINT_SLEEP"
+
+
+@dataclass
+class TrainState:
+    """Where training stands. Mutable: the trainer advances it after every update."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0  # current epoch, from 0
+    batch_index: int = 0  # next micro-batch in this epoch's (deterministic) batch list
+    elapsed: float = 0.0  # training wall-clock seconds, summed over resumes
+    best_nll: float = float("inf")
+    best_step: int = 0
+    bad_validations: int = 0  # validations since the last improvement (early stopping)
+    bad_updates: int = 0  # non-finite updates in a row
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt_{step:08d}"
+
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """`ckpt_*` directories under `root` with a complete state file, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name)) and (p / STATE_FILE).is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(root: str | Path) -> Optional[Path]:
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+# -- RNG state as plain lists/tensors (loadable with weights_only=True) ---------------------
+def capture_rng() -> dict[str, Any]:
+    version, internal, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": [version, list(internal), gauss],
+        "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# -- save / load ----------------------------------------------------------------------------
+def save_checkpoint(
+    root: str | Path, name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+    state: TrainState, rng: list[dict[str, Any]], scaler: Optional[Any] = None,
+) -> Path:
+    """Write checkpoint `root/name` atomically (see the module docstring); returns its path.
+
+    `model` must be the bare `Transformer` (not a DDP wrapper); `rng` holds one entry per rank.
+    """
+    root = Path(root)
+    final = root / name
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    payload = {
+        "format": 1, "state": state.to_dict(), "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict() if scaler is not None else None, "rng": rng,
+    }
+    with atomic_write(tmp / STATE_FILE) as f:
+        torch.save(payload, f)
+    if os.environ.get(SLEEP_ENV):
+        time.sleep(float(os.environ[SLEEP_ENV]))
+    _replace_dir(tmp, final)
+    log.info("saved checkpoint %s", final)
+    return final
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Rename directory `src` to `dst`, replacing an existing `dst` (atomic when `dst` is absent)."""
+    if dst.exists():
+        old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)
+    fd = os.open(dst.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def load_checkpoint(
+    path: str | Path, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
+    scaler: Optional[Any] = None, rank: int = 0,
+) -> TrainState:
+    """Load weights into `model` (and optimizer/scaler state), restore this rank's RNG
+    state, and return the training progress."""
+    from safetensors.torch import load_model
+
+    path = Path(path)
+    state_path, weights = path / STATE_FILE, path / "model.safetensors"
+    for p in (state_path, weights):
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: not found; is {path} a checkpoint directory?")
+    try:
+        payload = torch.load(state_path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated / not a torch file
+        raise ValueError(f"{state_path}: cannot read trainer state ({e})") from e
+    device = next(model.parameters()).device
+    load_model(model, str(weights), device=str(device))
+    if optimizer is not None:
+        optimizer.load_state_dict(payload["optimizer"])
+    if scaler is not None and payload.get("scaler") is not None:
+        scaler.load_state_dict(payload["scaler"])
+    rngs = payload["rng"]
+    if rank >= len(rngs):
+        log.warning("checkpoint has RNG states for %d rank(s); rank %d reuses rank 0's", len(rngs), rank)
+    restore_rng(rngs[rank if rank < len(rngs) else 0])
+    return TrainState(**payload["state"])
+
+
+def prune_checkpoints(root: str | Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest `keep_last` `ckpt_*` directories and stale temp dirs."""
+    root = Path(root)
+    removed = list_checkpoints(root)[:-keep_last] if keep_last > 0 else []
+    removed += [p for p in root.glob(".tmp-*") if p.is_dir()] if root.is_dir() else []
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed

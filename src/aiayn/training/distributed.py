@@ -1,0 +1,72 @@
+"""torch.distributed setup for `torchrun --nproc_per_node=N -m aiayn train ...`.
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them everything here is a no-op
+single process. Backend: NCCL on CUDA, gloo on CPU. Only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+SINGLE = DistInfo()
+
+
+def init_from_env(device_type: str) -> DistInfo:
+    """Join the process group torchrun describes in the environment, if any."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return SINGLE
+    info = DistInfo(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(info.local_rank)
+        dist.init_process_group(backend=backend)
+        log.info("rank %d/%d joined the %s process group", info.rank, world, backend)
+    return info
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce(values: list[float], info: DistInfo, op: str = "sum", device: str | torch.device = "cpu") -> list[float]:
+    """Sum (or max, or min) a few numbers over all ranks; identity on one process."""
+    if not info.enabled:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
+    return t.tolist()
+
+
+def gather_objects(obj, info: DistInfo) -> list:
+    """Every rank's `obj`, in rank order, on every rank (small objects only)."""
+    if not info.enabled:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out

@@ -1,0 +1,66 @@
+"""Training metrics: `metrics.jsonl` in the run directory, plus TensorBoard if installed.
+
+One JSON object per line, the keys the plotting helper reads:
+    {"step", "epoch", "split": "train"|"valid", "loss", "nll", "ppl", "lr",
+     "tokens_per_s", "time" (seconds since the run started, across resumes),
+     "bleu" (valid rows only, when computed)}
+`loss` is the label-smoothed loss per target token, `nll` the unsmoothed one, ppl = e^nll.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsWriter:
+    """Appends rows to `run_dir/metrics.jsonl`; a disabled writer (non-zero ranks) does nothing."""
+
+    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True):
+        self.path = Path(run_dir) / METRICS_FILE
+        self.enabled = enabled
+        self._tb = _tensorboard_writer(Path(run_dir) / "tensorboard") if enabled and tensorboard else None
+
+    def truncate_after(self, step: int) -> None:
+        """Drop rows newer than `step` (after resuming from a checkpoint at `step`)."""
+        if not self.enabled or not self.path.is_file():
+            return
+        rows = [line for line in self.path.read_text().splitlines() if line.strip()]
+        kept = [r for r in rows if json.loads(r).get("step", 0) <= step]
+        if len(kept) != len(rows):
+            self.path.write_text("".join(r + "\n" for r in kept))
+
+    def write(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(clean) + "\n")
+        if self._tb is not None:
+            for key in ("loss", "nll", "ppl", "lr", "tokens_per_s", "bleu"):
+                if isinstance(row.get(key), (int, float)):
+                    self._tb.add_scalar(f"{row['split']}/{key}", row[key], row["step"])
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _tensorboard_writer(directory: Path) -> Optional[Any]:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is an optional extra
+        return None
+    return SummaryWriter(str(directory))

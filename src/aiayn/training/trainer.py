@@ -1,0 +1,393 @@
+"""The training loop: the paper's recipe (§5.3-§5.4) with accumulation, mixed precision,
+crash-safe checkpoints, validation, early stopping and DDP.
+
+The trainer knows nothing of where batches come from (minGPT style): it is given
+`train_data(epoch) -> Sequence[Batch]`, a deterministic list of micro-batches for this
+rank and epoch, so a checkpoint can record its position as (epoch, batch index) and a
+resumed run continues with exactly the batches, RNG states and optimizer state the
+uninterrupted run would have had.
+
+Loss normalisation: each micro-batch contributes its SUMMED label-smoothed loss divided by
+the target tokens of the whole effective batch (all `update_freq` micro-batches of the
+update, on all ranks). DDP averages gradients over ranks, so the loss is also multiplied
+by the world size. The schedule is stepped once per update.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+from aiayn.config import OptimConfig
+from aiayn.model import Transformer
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.config import RunConfig
+from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects
+from aiayn.training.loss import label_smoothed_loss
+from aiayn.training.metrics import MetricsWriter
+from aiayn.training.schedule import get_schedule
+
+log = logging.getLogger(__name__)
+
+
+class Batch(Protocol):
+    src: Tensor  # (B, S)
+    tgt_in: Tensor  # (B, T) BOS + target
+    tgt_out: Tensor  # (B, T) target + EOS, pad elsewhere
+    n_tgt_tokens: int  # non-pad positions of tgt_out
+
+
+EpochData = Callable[[int], Sequence[Batch]]
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many non-finite updates in a row; a checkpoint of the last good weights was saved."""
+
+
+@dataclass
+class UpdateStats:
+    loss: float  # Σ smoothed loss over the effective batch (all ranks)
+    nll: float
+    tokens: int
+    grad_norm: float
+    applied: bool
+
+
+@dataclass
+class FitResult:
+    state: ckpt.TrainState
+    stop_reason: str  # "max_updates" | "max_epochs" | "max_minutes" | "patience" | "signal"
+    last_valid: dict = field(default_factory=dict)
+
+
+class Trainer:
+    """Trains `model` in place. Only rank 0 writes to `run_dir`.
+
+    valid_data: micro-batches for the validation loss (rank 0 only).
+    bleu_fn: model -> sacreBLEU of greedy translations of the validation set (optional).
+    on_model_dir: called with the final model directory to add e.g. tokenizer files.
+    """
+
+    def __init__(
+        self, model: Transformer, optim: OptimConfig, run: RunConfig, run_dir: str | Path,
+        train_data: EpochData, valid_data: Optional[Sequence[Batch]] = None,
+        bleu_fn: Optional[Callable[[Transformer], float]] = None,
+        on_model_dir: Optional[Callable[[Path], None]] = None, dist: DistInfo = SINGLE,
+    ):
+        self.model, self.optim_cfg, self.run, self.dist = model, optim, run, dist
+        self.run_dir, self.train_data, self.valid_data = Path(run_dir), train_data, valid_data
+        self.bleu_fn, self.on_model_dir = bleu_fn, on_model_dir
+        self.device = next(model.parameters()).device
+        self.ckpt_root = self.run_dir / ckpt.CHECKPOINT_DIR
+        self.schedule = get_schedule(run.schedule)
+        self.ddp = self._wrap_ddp(model) if dist.enabled else None
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=self._lr(1), betas=optim.betas, eps=optim.eps,
+                                          weight_decay=optim.weight_decay)
+        self.scaler = self._make_scaler()
+        self.state = ckpt.TrainState()
+        self.metrics = MetricsWriter(self.run_dir, enabled=dist.is_main)
+        self._signal: Optional[int] = None
+        self._last_save_time = 0.0
+        self._last_saved_step = -1
+
+    # -- setup ------------------------------------------------------------------------------
+    def _wrap_ddp(self, model: Transformer):
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids)
+
+    def _make_scaler(self):
+        if self.run.precision != "fp16":
+            return None
+        if self.device.type != "cuda":
+            raise ValueError("train.precision = 'fp16' needs a CUDA device; use 'bf16' on CPU")
+        return torch.amp.GradScaler("cuda")
+
+    def _autocast(self):
+        if self.run.precision == "fp32":
+            return contextlib.nullcontext()
+        dtype = torch.bfloat16 if self.run.precision == "bf16" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _lr(self, step: int) -> float:
+        o = self.optim_cfg
+        return self.schedule(step, self.model.config.d_model, o.warmup_steps, o.lr_factor)
+
+    def resume(self, path: str | Path) -> None:
+        """Continue from checkpoint `path`: weights, optimizer, RNG, data position."""
+        self.state = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scaler, rank=self.dist.rank)
+        self._last_saved_step = self.state.step
+        self.metrics.truncate_after(self.state.step)
+        log.info("resumed from %s at update %d (epoch %d, batch %d)", path, self.state.step,
+                 self.state.epoch, self.state.batch_index)
+
+    # -- one update -------------------------------------------------------------------------
+    def accumulate(self, group: Sequence[Batch]) -> UpdateStats:
+        """Forward/backward over the micro-batches of one update; gradients are left in .grad."""
+        module = self.ddp if self.ddp is not None else self.model
+        module.train()
+        tokens = int(all_reduce([sum(b.n_tgt_tokens for b in group)], self.dist)[0])
+        scale = self.dist.world_size / max(tokens, 1)
+        loss_sum = nll_sum = 0.0
+        for j, batch in enumerate(group):
+            last = j == len(group) - 1
+            sync = contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync()
+            with sync:
+                with self._autocast():
+                    logits = module(batch.src.to(self.device), batch.tgt_in.to(self.device))  # (B, T, V)
+                sums = label_smoothed_loss(logits, batch.tgt_out.to(self.device), self.optim_cfg.label_smoothing,
+                                           self.model.config.pad_id)
+                loss = sums.loss * scale
+                (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+            loss_sum += float(sums.loss.detach())
+            nll_sum += float(sums.nll)
+        loss_sum, nll_sum = all_reduce([loss_sum, nll_sum], self.dist)
+        return UpdateStats(loss_sum, nll_sum, tokens, float("nan"), False)
+
+    def update(self, group: Sequence[Batch]) -> UpdateStats:
+        """One optimizer update on `group`; non-finite updates are skipped (and counted)."""
+        stats = self.accumulate(group)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        clip = self.optim_cfg.clip_norm if self.optim_cfg.clip_norm > 0 else float("inf")
+        stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        if not math.isfinite(stats.loss):
+            self.state.bad_updates += 1
+            log.warning("update %d: non-finite loss (%s); skipped (%d in a row)", self.state.step + 1,
+                        stats.loss, self.state.bad_updates)
+        elif self.scaler is not None:
+            for g in self.optimizer.param_groups:
+                g["lr"] = self._lr(self.state.step + 1)
+            scale = self.scaler.get_scale()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            stats.applied = self.scaler.get_scale() >= scale  # a lowered scale = overflow, step skipped
+        elif not math.isfinite(stats.grad_norm):
+            self.state.bad_updates += 1
+            log.warning("update %d: non-finite gradient norm; skipped (%d in a row)", self.state.step + 1,
+                        self.state.bad_updates)
+        else:
+            for g in self.optimizer.param_groups:
+                g["lr"] = self._lr(self.state.step + 1)
+            self.optimizer.step()
+            stats.applied = True
+        self.optimizer.zero_grad(set_to_none=True)
+        if stats.applied:
+            self.state.step += 1
+            self.state.bad_updates = 0
+        return stats
+
+    # -- the loop ---------------------------------------------------------------------------
+    def fit(self) -> FitResult:
+        """Train until a budget in `run` is spent, patience runs out or a signal arrives."""
+        self._t0 = time.monotonic() - self.state.elapsed
+        self._last_save_time = self._elapsed()
+        self._window = _Window(self._elapsed())
+        reason, last_valid = None, {}
+        with self._signal_handlers(), self._progress() as bar:
+            while reason is None:
+                batches = self.train_data(self.state.epoch)
+                n = int(all_reduce([len(batches)], self.dist, op="min")[0])  # ranks stay in step
+                if n == 0:
+                    raise ValueError(f"epoch {self.state.epoch} has no training batches")
+                while reason is None and self.state.batch_index < n:
+                    i = self.state.batch_index
+                    group = [batches[j] for j in range(i, min(i + self.run.update_freq, n))]
+                    stats = self.update(group)
+                    self.state.batch_index += len(group)
+                    self._window.add(stats)
+                    bar.update(int(stats.applied))
+                    last_valid = self._after_update(stats, n, bar) or last_valid
+                    reason = self._stop_reason()
+        self._finish(reason)
+        return FitResult(self.state, reason, last_valid)
+
+    def _after_update(self, stats: UpdateStats, n_batches: int, bar) -> dict:
+        """Bookkeeping after an update: epoch end, logging, validation, checkpoints."""
+        s, run, valid = self.state, self.run, {}
+        s.elapsed = self._elapsed()
+        if s.bad_updates >= run.max_bad_updates:
+            self.save()
+            raise TrainingDiverged(f"{s.bad_updates} non-finite updates in a row at update {s.step}; "
+                                   f"stopped. The last good weights are in {self.ckpt_root}. Lower the learning "
+                                   "rate (optim.lr_factor), raise optim.warmup_steps or set optim.clip_norm.")
+        epoch_done = s.batch_index >= n_batches
+        if epoch_done:
+            s.epoch, s.batch_index = s.epoch + 1, 0
+        if stats.applied and s.step % run.log_every == 0:
+            self._log_train(bar)
+        if (run.validate_every and stats.applied and s.step % run.validate_every == 0) or \
+                (not run.validate_every and epoch_done):
+            valid = self.validate()
+        if self._save_due(stats.applied):
+            self.save()
+        return valid
+
+    def _save_due(self, applied: bool) -> bool:
+        run, s = self.run, self.state
+        by_steps = applied and run.save_every_updates and s.step % run.save_every_updates == 0
+        by_time = run.save_every_minutes and s.elapsed - self._last_save_time >= 60 * run.save_every_minutes
+        return bool(all_reduce([float(bool(by_steps or by_time))], self.dist, op="max")[0])
+
+    def _stop_reason(self) -> Optional[str]:
+        run, s = self.run, self.state
+        reasons = [
+            ("signal", self._signal is not None),
+            ("max_updates", bool(run.max_updates) and s.step >= run.max_updates),
+            ("max_epochs", bool(run.max_epochs) and s.epoch >= run.max_epochs),
+            ("max_minutes", bool(run.max_minutes) and s.elapsed >= 60 * run.max_minutes),
+            ("patience", bool(run.patience) and s.bad_validations >= run.patience),
+        ]
+        flags = all_reduce([float(f) for _, f in reasons], self.dist, op="max")  # rank 0's clock decides too
+        return next((name for (name, _), f in zip(reasons, flags) if f), None)
+
+    def _finish(self, reason: str) -> None:
+        log.info("training stopped (%s) at update %d, epoch %d, %.1f min", reason, self.state.step,
+                 self.state.epoch, self.state.elapsed / 60)
+        if self.state.step != self._last_saved_step:
+            self.save()
+        if self.dist.is_main:
+            self.write_model_dir()
+        self.metrics.close()
+
+    # -- validation -------------------------------------------------------------------------
+    @torch.no_grad()
+    def validation_loss(self) -> dict:
+        """Smoothed loss, NLL and perplexity per target token over `valid_data`."""
+        self.model.eval()
+        loss = nll = tokens = 0.0
+        for batch in self.valid_data or []:
+            with self._autocast():
+                logits = self.model(batch.src.to(self.device), batch.tgt_in.to(self.device))
+            sums = label_smoothed_loss(logits, batch.tgt_out.to(self.device), self.optim_cfg.label_smoothing,
+                                       self.model.config.pad_id)
+            loss, nll, tokens = loss + float(sums.loss), nll + float(sums.nll), tokens + sums.n_tokens
+        tokens = max(tokens, 1)
+        return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
+
+    def validate(self) -> dict:
+        """Rank 0 computes validation metrics; every rank learns whether they improved."""
+        row: dict = {}
+        if self.dist.is_main and self.valid_data:
+            t = time.monotonic()
+            row = self.validation_loss()
+            if self.bleu_fn is not None and self.run.bleu:
+                with self._autocast():
+                    row["bleu"] = float(self.bleu_fn(self.model))
+            log.info("valid at update %d: loss %.4f nll %.4f ppl %.2f%s (%.1fs)", self.state.step, row["loss"],
+                     row["nll"], row["ppl"], f" bleu {row['bleu']:.2f}" if "bleu" in row else "", time.monotonic() - t)
+            self.metrics.write({"step": self.state.step, "epoch": self.state.epoch, "split": "valid",
+                                **row, "lr": self._lr(max(self.state.step, 1)), "time": self._elapsed()})
+        has_row, nll = all_reduce([float(bool(row)), row.get("nll", 0.0)], self.dist)  # rank 0's values
+        if not has_row:
+            return row
+        if nll < self.state.best_nll:
+            self.state.best_nll, self.state.best_step, self.state.bad_validations = nll, self.state.step, 0
+            self.save(ckpt.BEST)
+        else:
+            self.state.bad_validations += 1
+        return row
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def save(self, name: Optional[str] = None) -> Optional[Path]:
+        """Checkpoint now (all ranks must call: RNG states are gathered); rank 0 writes."""
+        rng = gather_objects(ckpt.capture_rng(), self.dist)
+        self.state.elapsed = self._elapsed() if hasattr(self, "_t0") else self.state.elapsed
+        if name is None:
+            self._last_save_time, self._last_saved_step = self.state.elapsed, self.state.step
+        if not self.dist.is_main:
+            return None
+        path = ckpt.save_checkpoint(self.ckpt_root, name or ckpt.checkpoint_name(self.state.step), self.model,
+                                    self.optimizer, self.state, rng, self.scaler)
+        if name is None:
+            ckpt.prune_checkpoints(self.ckpt_root, self.run.keep_last)
+        return path
+
+    def write_model_dir(self) -> Path:
+        """RUN_DIR/model: config + weights (mean of the last `average_last` checkpoints) + extras."""
+        from aiayn.training.average import average_checkpoints
+
+        out = self.run_dir / "model"
+        last = ckpt.list_checkpoints(self.ckpt_root)[-self.run.average_last:]
+        model = average_checkpoints(last) if self.run.average_last > 1 and last else self.model
+        if model is not self.model:
+            log.info("final model = mean of %d checkpoints: %s", len(last), ", ".join(p.name for p in last))
+        model.save_pretrained(out)
+        if self.on_model_dir is not None:
+            self.on_model_dir(out)
+        return out
+
+    # -- feedback ---------------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _log_train(self, bar) -> None:
+        row = self._window.flush(self._elapsed())
+        row.update(step=self.state.step, epoch=self.state.epoch, split="train", lr=self._lr(self.state.step),
+                   time=self._elapsed())
+        self.metrics.write(row)
+        postfix = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tok/s": f"{row['tokens_per_s']:.0f}"}
+        if self.run.max_minutes:
+            postfix["left"] = f"{max(0.0, self.run.max_minutes - self._elapsed() / 60):.1f}m"
+        bar.set_postfix(postfix, refresh=False)
+
+    @contextlib.contextmanager
+    def _progress(self) -> Iterator:
+        from tqdm.auto import tqdm
+
+        total = self.run.max_updates or None
+        bar = tqdm(total=total, initial=self.state.step, unit="upd", dynamic_ncols=True,
+                   disable=not (self.run.progress and self.dist.is_main), desc="train")
+        try:
+            yield bar
+        finally:
+            bar.close()
+
+    @contextlib.contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        """SIGINT/SIGTERM: finish the current update, checkpoint, exit cleanly. A second
+        signal interrupts at once."""
+        def handler(signum, frame):
+            if self._signal is not None:
+                raise KeyboardInterrupt
+            self._signal = signum
+            log.warning("received %s: saving a checkpoint after this update", signal.Signals(signum).name)
+
+        try:
+            old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: no handlers
+            yield
+            return
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+class _Window:
+    """Sums of the train stats since the last log row."""
+
+    def __init__(self, t: float):
+        self.t, self.loss, self.nll, self.tokens = t, 0.0, 0.0, 0
+
+    def add(self, stats: UpdateStats) -> None:
+        if math.isfinite(stats.loss):
+            self.loss, self.nll, self.tokens = self.loss + stats.loss, self.nll + stats.nll, self.tokens + stats.tokens
+
+    def flush(self, now: float) -> dict:
+        n = max(self.tokens, 1)
+        row = {"loss": self.loss / n, "nll": self.nll / n, "ppl": math.exp(min(self.nll / n, 50.0)),
+               "tokens_per_s": self.tokens / max(now - self.t, 1e-9)}
+        self.__init__(now)
+        return row

@@ -1,0 +1,78 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn.training.loss import label_smoothed_loss
+
+PAD = 0
+
+
+def brute_force(logits, target, eps, pad):
+    """Σ over non-pad positions of -Σ_k q(k) log p(k), q built entry by entry."""
+    V = logits.shape[-1]
+    total = 0.0
+    for row, y in zip(logits.reshape(-1, V), target.reshape(-1).tolist()):
+        if y == pad:
+            continue
+        logp = torch.log_softmax(row.double(), -1)
+        q = [0.0 if k == pad else eps / (V - 1) + (1 - eps) * (k == y) for k in range(V)]
+        total -= sum(qk * float(lp) for qk, lp in zip(q, logp))
+    return total
+
+
+def test_matches_brute_force_target_distribution():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 5, 7)
+    target = torch.randint(1, 7, (3, 5))
+    target[0, 3:] = PAD
+    target[2, 1:] = PAD
+    sums = label_smoothed_loss(logits, target, 0.1, PAD)
+    assert sums.n_tokens == int((target != PAD).sum())
+    assert float(sums.loss) == pytest.approx(brute_force(logits, target, 0.1, PAD), rel=1e-5)
+
+
+def test_hand_computed_uniform_logits():
+    # uniform logits: every log p = -log V, q sums to 1 => loss = log V per token, whatever ε
+    V = 5
+    sums = label_smoothed_loss(torch.zeros(1, 2, V), torch.tensor([[3, 4]]), 0.3, PAD)
+    assert float(sums.loss) == pytest.approx(2 * math.log(V))
+    assert float(sums.nll) == pytest.approx(2 * math.log(V))
+
+
+def test_no_smoothing_equals_cross_entropy_and_ignores_pad():
+    torch.manual_seed(2)
+    logits, target = torch.randn(4, 6, 9), torch.randint(0, 9, (4, 6))
+    sums = label_smoothed_loss(logits, target, 0.0, PAD)
+    ref = F.cross_entropy(logits.reshape(-1, 9), target.reshape(-1), ignore_index=PAD, reduction="sum")
+    assert float(sums.loss) == pytest.approx(float(ref), rel=1e-6)
+    assert float(sums.nll) == pytest.approx(float(ref), rel=1e-6)
+
+
+def test_relation_to_pytorch_label_smoothing():
+    """PyTorch's label_smoothing spreads ε/V over all V classes, pad included; ours spreads
+    ε/(V-1) over the non-pad classes. When p(pad) ≈ 0 ours equals PyTorch's on the V-1
+    non-pad columns."""
+    torch.manual_seed(3)
+    V, eps = 8, 0.1
+    logits, target = torch.randn(10, V), torch.randint(1, V, (10,))
+    logp = torch.log_softmax(logits, -1)
+    # the formula of the module docstring: (1-ε)·nll + ε/(V-1)·Σ_{k≠pad} -log p_k
+    ours = label_smoothed_loss(logits, target, eps, PAD).loss
+    nll = F.nll_loss(logp, target, reduction="sum")
+    uniform = -logp[:, 1:].sum()
+    assert float(ours) == pytest.approx(float((1 - eps) * nll + eps / (V - 1) * uniform), rel=1e-6)
+    # p(pad) ≈ 0: PyTorch on the V-1 non-pad columns
+    logits_nopad = logits.clone()
+    logits_nopad[:, PAD] = -1e4
+    ref = F.cross_entropy(logits_nopad[:, 1:], target - 1, label_smoothing=eps, reduction="sum")
+    assert float(label_smoothed_loss(logits_nopad, target, eps, PAD).loss) == pytest.approx(float(ref), rel=1e-5)
+
+
+def test_bf16_logits_are_upcast():
+    logits = torch.randn(2, 3, 6).bfloat16()
+    target = torch.tensor([[1, 2, 0], [3, 0, 0]])
+    sums = label_smoothed_loss(logits, target, 0.1, PAD)
+    assert sums.loss.dtype == torch.float32
+    assert float(sums.loss) == pytest.approx(brute_force(logits.float(), target, 0.1, PAD), rel=1e-5)
