@@ -15,7 +15,7 @@ import logging
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -172,3 +172,50 @@ def _drop_empty(src: list[str], tgt: list[str], files: list[Path], strict: bool)
     if n_empty:
         log.warning("skipped %d pairs with an empty side in %s", n_empty, ", ".join(sorted({str(f) for f in files})))
     return ParallelCorpus(keep_src, keep_tgt, CorpusStats(n_read=len(src), n_empty=n_empty), tuple(dict.fromkeys(files)))
+
+
+Source = Union[str, Path, tuple[Union[str, Path], Union[str, Path]]]
+
+
+def resolve_source(source: Source, split: str = "train", langs: Optional[Sequence[str]] = None,
+                   data_dir: Optional[str | Path] = None, cache_dir: Optional[str | Path] = None,
+                   ) -> tuple[tuple[Path, ...], bool]:
+    """The files behind `source` and whether they are one TSV file.
+
+    `source` is one of: a registered corpus name (`registry.REGISTRY`, needs `langs`), a
+    `{split}.{lang}[.gz]` directory (needs `langs`), a TSV file, or a (source, target)
+    pair of files. `langs` = (source language, target language).
+    """
+    from aiayn.data import registry
+
+    if isinstance(source, (tuple, list)):
+        if len(source) != 2:
+            raise ValueError(f"a file-pair source needs exactly 2 paths, got {len(source)}")
+        return (Path(source[0]), Path(source[1])), False
+    if isinstance(source, str) and source in registry.REGISTRY:
+        return tuple(registry.resolve_files(source, split, _two(langs, source), data_dir, cache_dir)), False
+    path = Path(source)
+    if path.is_dir():
+        return tuple(split_files(path, split, _two(langs, source))), False
+    if path.is_file():
+        return (path,), True
+    raise CorpusFileNotFound(f"{source}: neither a known corpus ({', '.join(registry.REGISTRY)}) "
+                             f"nor an existing file or directory")
+
+
+def read_corpus(source: Source, split: str = "train", langs: Optional[Sequence[str]] = None,
+                data_dir: Optional[str | Path] = None, cache_dir: Optional[str | Path] = None,
+                strict: bool = False) -> ParallelCorpus:
+    """Raw text of any `source` accepted by `resolve_source` (e.g. to train a vocabulary)."""
+    files, is_tsv = resolve_source(source, split, langs, data_dir, cache_dir)
+    return read_files(files, is_tsv, strict)
+
+
+def read_files(files: Sequence[Path], is_tsv: bool, strict: bool = False) -> ParallelCorpus:
+    return read_tsv(files[0], strict) if is_tsv else read_parallel(files[0], files[1], strict)
+
+
+def _two(langs: Optional[Sequence[str]], source) -> tuple[str, str]:
+    if langs is None or len(langs) != 2:
+        raise ValueError(f"source {source!r} needs langs=(source language, target language), got {langs!r}")
+    return langs[0], langs[1]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -266,6 +267,27 @@ class TokenizerPair:
     @classmethod
     def shared(cls, tokenizer: Tokenizer) -> "TokenizerPair":
         return cls(tokenizer, tokenizer)
+
+
+def train_tokenizers(
+    src_texts: Sequence[str],
+    tgt_texts: Sequence[str],
+    vocab_size: int = 8000,
+    model_type: str = "bpe",
+    joint: bool = True,
+    **options,
+) -> TokenizerPair:
+    """Sentencepiece vocabularies from training text: one joint model on both sides
+    (the default, as the paper shares source and target vocabularies, §5.1 / §3.4) or one
+    per side. `options` go to `SentencePieceTokenizer.train`. Pass the training split only.
+    """
+    if joint:
+        return TokenizerPair.shared(SentencePieceTokenizer.train(
+            itertools.chain(src_texts, tgt_texts), vocab_size=vocab_size, model_type=model_type, **options))
+    return TokenizerPair(
+        SentencePieceTokenizer.train(src_texts, vocab_size=vocab_size, model_type=model_type, **options),
+        SentencePieceTokenizer.train(tgt_texts, vocab_size=vocab_size, model_type=model_type, **options),
+    )
 
 
 def save_tokenizers(pair: TokenizerPair, model_dir: str | Path) -> Path:

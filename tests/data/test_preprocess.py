@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from aiayn.data import TokenizerPair, load_parallel, padding_efficiency
+from aiayn.data.corpus import CorpusError
+from aiayn.data.preprocess import ParallelDataset
+from aiayn.data.synthetic import symbols, synthetic_pairs
+from aiayn.data.tokenizer import SymbolTokenizer
+
+
+@pytest.fixture
+def sym_pair():
+    return TokenizerPair.shared(SymbolTokenizer(symbols(10)))
+
+
+@pytest.fixture
+def corpus_files(tmp_path):
+    pairs = synthetic_pairs("reverse", 50, seed=0)
+    src, tgt = tmp_path / "data" / "c.src", tmp_path / "data" / "c.tgt"
+    src.parent.mkdir()
+    src.write_text("".join(s + "\n" for s, _ in pairs))
+    tgt.write_text("".join(t + "\n" for _, t in pairs))
+    return src, tgt, pairs
+
+
+def _cache_files(cache):
+    return sorted(p.name for p in (cache / "preprocessed").glob("*")) if (cache / "preprocessed").exists() else []
+
+
+def test_dataset_matches_tokenizer(corpus_files, sym_pair, tmp_path):
+    src, tgt, pairs = corpus_files
+    ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    assert len(ds) == 50 and not ds.from_cache
+    for i, (s, t) in enumerate(pairs):
+        assert ds[i][0].tolist() == sym_pair.src.encode(s)
+        assert ds[i][1].tolist() == sym_pair.tgt.encode(t)
+    assert ds.src_lengths.tolist() == [len(s.split()) for s, _ in pairs]
+
+
+def test_second_run_skips_tokenization_and_says_so(corpus_files, sym_pair, tmp_path, caplog, monkeypatch):
+    src, tgt, _ = corpus_files
+    first = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    assert len(_cache_files(tmp_path / "cache")) == 1
+
+    def boom(*a, **k):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(SymbolTokenizer, "encode_batch", boom)
+    with caplog.at_level(logging.INFO):
+        second = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    assert second.from_cache and "skipped tokenization of 50 pairs" in caplog.text
+    for a, b in [(first.src_ids, second.src_ids), (first.tgt_offsets, second.tgt_offsets)]:
+        np.testing.assert_array_equal(a, b)
+    # different content or a different tokenizer -> a different key
+    monkeypatch.undo()
+    tgt.write_text(tgt.read_text().replace("a", "b", 1))
+    assert not load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache").from_cache
+    other = TokenizerPair.shared(SymbolTokenizer(symbols(11)))
+    assert not load_parallel((src, tgt), other, cache_dir=tmp_path / "cache").from_cache
+    assert len(_cache_files(tmp_path / "cache")) == 3
+
+
+def test_corrupt_cache_entry_is_rebuilt(corpus_files, sym_pair, tmp_path, caplog):
+    src, tgt, _ = corpus_files
+    load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    (entry,) = (tmp_path / "cache" / "preprocessed").glob("*.npz")
+    entry.write_bytes(entry.read_bytes()[:100])
+    with caplog.at_level(logging.WARNING):
+        ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    assert not ds.from_cache and len(ds) == 50 and "ignoring bad cache entry" in caplog.text
+    assert ParallelDataset.load(entry).from_cache
+
+
+def test_bad_input_leaves_no_cache_entry(corpus_files, sym_pair, tmp_path):
+    src, tgt, _ = corpus_files
+    tgt.write_text("a b\n")
+    with pytest.raises(CorpusError, match="line counts differ"):
+        load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    with pytest.raises(FileNotFoundError, match="neither a known corpus"):
+        load_parallel(tmp_path / "nothing.tsv", sym_pair, cache_dir=tmp_path / "cache")
+    assert _cache_files(tmp_path / "cache") == []
+
+
+def test_subset_and_filter_against_brute_force(sym_pair):
+    pairs = synthetic_pairs("copy", 40, seed=1, min_len=1, max_len=9)
+    pairs[3] = ("a", "a b c d e")  # ratio 5
+    ds = ParallelDataset.from_corpus(pairs, sym_pair)
+    idx = np.array([5, 0, 39, 7])
+    sub = ds.subset(idx)
+    assert [(a.tolist(), b.tolist()) for a, b in (sub[i] for i in range(4))] == \
+           [(ds[i][0].tolist(), ds[i][1].tolist()) for i in idx]
+    f = ds.filter(max_len=7, max_ratio=3)
+    expect = [i for i, (s, t) in enumerate(pairs)
+              if len(s.split()) <= 7 and len(t.split()) <= 7 and i != 3]
+    assert [f[j][0].tolist() for j in range(len(f))] == [ds[i][0].tolist() for i in expect]
+    assert f.stats.n_too_long + f.stats.n_bad_ratio == 40 - len(expect) and f.stats.n_bad_ratio == 1
+
+
+def test_tsv_source(tmp_path, sym_pair):
+    path = tmp_path / "c.tsv"
+    path.write_text("a b\tb a\nc\t\n")
+    ds = load_parallel(path, sym_pair, cache_dir=tmp_path / "cache")
+    assert len(ds) == 1 and ds.stats.n_empty == 1 and ds[0][1].tolist() == sym_pair.tgt.encode("b a")
+
+
+def test_multi30k_bucketed_padding_efficiency(multi30k_dir, multi30k_bpe, tmp_path):
+    tok = TokenizerPair.shared(multi30k_bpe)
+    ds = load_parallel("multi30k", tok, split="train", langs=("en", "de"), data_dir=multi30k_dir,
+                       cache_dir=tmp_path)
+    assert len(ds) == 29000
+    sampler = ds.sampler(max_tokens=4096, seed=0)
+    batches = sampler.batches(0)
+    assert padding_efficiency(batches, ds.src_lengths, ds.tgt_lengths + 1) >= 0.90
+    for indices in batches[:50]:
+        b = ds.collate(indices)
+        assert b.src.numel() + b.tgt_in.numel() <= 4096
