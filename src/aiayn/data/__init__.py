@@ -5,7 +5,7 @@ The trainer's entry point::
     from aiayn.data import load_parallel, train_tokenizers
 
     corpus = read_corpus("multi30k", split="train", langs=("en", "de"))        # raw text
-    tokenizers = train_tokenizers(corpus.src, corpus.tgt, vocab_size=8000)      # joint BPE
+    tokenizers = train_tokenizers(corpus.src, corpus.tgt)  # joint BPE, DEFAULT_VOCAB_SIZE pieces
     save_tokenizers(tokenizers, model_dir)                                      # beside config.json
     train = load_parallel("multi30k", tokenizers, split="train", langs=("en", "de"), max_len=256)
     sampler = train.sampler(max_tokens=4096, seed=1, rank=rank, world_size=world_size)

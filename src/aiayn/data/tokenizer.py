@@ -39,6 +39,9 @@ SPECIAL_PIECES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>
 N_SPECIALS = len(SPECIAL_PIECES)
 MANIFEST = "tokenizer.json"
 MANIFEST_VERSION = 1
+# Default subword vocabulary: joint BPE of this size (a small-corpus choice; the paper used
+# 37000 joint BPE pieces for WMT En-De, §5.1).
+DEFAULT_VOCAB_SIZE = 8000
 
 
 class TokenizerError(ValueError):
@@ -128,7 +131,7 @@ class SentencePieceTokenizer(Tokenizer):
         cls,
         texts: Optional[Iterable[str]] = None,
         files: Optional[Sequence[str | Path]] = None,
-        vocab_size: int = 8000,
+        vocab_size: int = DEFAULT_VOCAB_SIZE,
         model_type: str = "bpe",
         character_coverage: float = 1.0,
         byte_fallback: bool = True,
@@ -272,7 +275,7 @@ class TokenizerPair:
 def train_tokenizers(
     src_texts: Sequence[str],
     tgt_texts: Sequence[str],
-    vocab_size: int = 8000,
+    vocab_size: int = DEFAULT_VOCAB_SIZE,
     model_type: str = "bpe",
     joint: bool = True,
     **options,
