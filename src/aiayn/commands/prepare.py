@@ -1,0 +1,50 @@
+"""`aiayn prepare`: train the subword vocabulary of a corpus and cache its tokenized splits."""
+
+from __future__ import annotations
+
+HELP = "train a sentencepiece vocabulary on a corpus' train split and cache the tokenized splits"
+
+
+def add_arguments(p) -> None:
+    from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
+
+    p.add_argument("corpus", help="known corpus name (multi30k, small-parallel-enja), {split}.{lang} directory, "
+                                  "or TSV file")
+    p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="source and target language (names, directories)")
+    p.add_argument("--out", required=True, help="model directory that receives tokenizer.json + tokenizer files")
+    p.add_argument("--splits", nargs="+", help="splits to tokenize (default: all of a known corpus, else train)")
+    p.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE,
+                   help=f"pieces per vocabulary (default: {DEFAULT_VOCAB_SIZE})")
+    p.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
+    p.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side (default: joint)")
+    p.add_argument("--retrain", action="store_true", help="train a new vocabulary even if --out has one")
+    p.add_argument("--data-dir", help="local directory holding the corpus (else $AIAYN_DATA_DIR, else download)")
+    p.add_argument("--cache-dir", help="downloads + tokenized arrays (default: $AIAYN_CACHE_DIR or ~/.cache/aiayn)")
+    p.add_argument("--strict", action="store_true", help="an empty line is an error instead of a counted skip")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from aiayn.data import load_parallel, load_tokenizers, read_corpus, save_tokenizers, train_tokenizers
+    from aiayn.data.registry import REGISTRY
+
+    out = Path(args.out)
+    common = dict(langs=args.langs, data_dir=args.data_dir, cache_dir=args.cache_dir, strict=args.strict)
+    if (out / "tokenizer.json").is_file() and not args.retrain:
+        tokenizers = load_tokenizers(out)
+        print(f"using the existing vocabulary in {out} (--retrain to replace it)")
+    else:
+        train = read_corpus(args.corpus, split="train", **common)
+        tokenizers = train_tokenizers(train.src, train.tgt, vocab_size=args.vocab_size,
+                                      model_type=args.model_type, joint=not args.separate_vocab)
+        save_tokenizers(tokenizers, out)
+        kind = "joint" if tokenizers.joint else "separate"
+        print(f"trained {kind} {args.model_type} vocabulary ({tokenizers.src.vocab_size} pieces) -> {out}")
+    splits = args.splits or (list(REGISTRY[args.corpus].splits) if args.corpus in REGISTRY else ["train"])
+    print(f"{'split':<18}{'pairs':>8}{'skipped':>9}{'src tok':>10}{'tgt tok':>10}  cache")
+    for split in splits:
+        ds = load_parallel(args.corpus, tokenizers, split=split, **common)
+        print(f"{split:<18}{len(ds):>8}{ds.stats.n_empty:>9}{int(ds.src_lengths.sum()):>10}"
+              f"{int(ds.tgt_lengths.sum()):>10}  {'hit' if ds.from_cache else 'written'}")
+    return 0
