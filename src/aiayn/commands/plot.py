@@ -1,0 +1,105 @@
+HELP = "draw pictures: attention maps, positional encodings, masks, LR schedule, training curves, scaling"
+
+KINDS = ("attention", "positional", "mask", "schedule", "curves", "scaling")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def add_arguments(p) -> None:
+    sub = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    kinds = {
+        "attention": "attention heatmaps of one translation (encoder, decoder, cross; per head or all heads)",
+        "positional": "the sinusoidal positional encoding (§3.5): heatmap and curves",
+        "mask": "the causal mask and the padding mask of a batch",
+        "schedule": "learning rate over training steps (§5.3)",
+        "curves": "loss, perplexity, BLEU and LR over updates from RUN_DIR/metrics.jsonl",
+        "scaling": "why dot products are scaled by 1/sqrt(d_k) (§3.2.1)",
+    }
+    parsers = {name: sub.add_parser(name, help=text, description=text) for name, text in kinds.items()}
+    for q in parsers.values():
+        q.add_argument("--output", "-o", required=True, help="PNG file to write")
+        q.add_argument("--size", help="picture size in pixels, WIDTHxHEIGHT (default: 1000x700; mask 1000x420)")
+    a = parsers["attention"]
+    a.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer.json)")
+    a.add_argument("--sentence", required=True, help="source sentence to translate (greedy) and draw")
+    a.add_argument("--part", choices=("cross", "encoder", "decoder", "all"), default="cross",
+                   help="which attention: encoder self, decoder masked self, cross, or all three (default cross)")
+    a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
+    a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
+    q = parsers["positional"]
+    q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")
+    q.add_argument("--d-model", type=int, help="encoding size (default: the paper's d_model)")
+    q.add_argument("--dims", type=_int_list, default=None, help="dimensions for the curves, e.g. 4,5,6,7")
+    m = parsers["mask"]
+    m.add_argument("--lengths", type=_int_list, default=[5, 3, 7], help="source lengths of the batch (default 5,3,7)")
+    m.add_argument("--tgt-len", type=int, default=6, help="target length for the causal mask (default 6)")
+    s = parsers["schedule"]
+    s.add_argument("--config", help="training config (TOML in recipes/); its d_model/warmup/factor are used")
+    s.add_argument("--d-model", type=int, help="d_model (default: config or paper)")
+    s.add_argument("--warmup", type=int, help="warmup steps (default: config or paper)")
+    s.add_argument("--factor", type=float, help="LR factor (default: config or paper)")
+    s.add_argument("--steps", type=int, help="steps to draw (default: 25 x warmup)")
+    s.add_argument("--schedule", action="append",
+                   help="schedule name(s) to draw, one panel each (default: the config's, else noam)")
+    s.add_argument("--no-compare", action="store_true", help="omit the curves at other warmups/d_model")
+    c = parsers["curves"]
+    c.add_argument("run", help="run directory holding metrics.jsonl (or the file itself)")
+    sc = parsers["scaling"]
+    sc.add_argument("--max-dk", type=int, default=1024, help="largest d_k (powers of two from 1; default 1024)")
+    sc.add_argument("--seed", type=int, default=0)
+
+
+def _schedule_settings(args) -> dict:
+    """d_model / warmup / factor from --config, overridden by explicit flags."""
+    values = {"d_model": None, "warmup": None, "factor": None, "schedule": None}
+    if args.config:
+        from aiayn.config import TransformerConfig
+        from aiayn.training.config import load_config
+
+        cfg = load_config(args.config)
+        d_model = dict(cfg.model.overrides).get("d_model") or TransformerConfig.preset(cfg.model.preset).d_model
+        values = {"d_model": d_model, "warmup": cfg.optim.warmup_steps, "factor": cfg.optim.lr_factor,
+                  "schedule": [cfg.train.schedule]}
+    for key in values:
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    return values
+
+
+def _figure(args, size: dict):
+    """Draw the figure of args.kind; `size` is {} (each plot's default) or {"size": (w, h)}."""
+    from aiayn import plots
+
+    if args.kind == "attention":
+        maps = plots.attention_for_sentence(args.model, args.sentence)
+        print(f"source: {' '.join(maps.src_labels)}")
+        print(f"output: {' '.join(maps.out_labels)}")
+        return plots.plot_attention(maps, args.part, args.layer, args.head, **size)
+    if args.kind == "positional":
+        kwargs = {} if args.dims is None else {"dims": args.dims}
+        return plots.plot_positional(args.length, args.d_model, **size, **kwargs)
+    if args.kind == "mask":
+        return plots.plot_masks(args.lengths, args.tgt_len, **size)
+    if args.kind == "schedule":
+        s = _schedule_settings(args)
+        return plots.plot_schedule(s["d_model"], s["warmup"], s["factor"], args.steps, s["schedule"],
+                                   compare=not args.no_compare, **size)
+    if args.kind == "curves":
+        return plots.plot_curves(args.run, **size)
+    if args.max_dk < 1:
+        raise ValueError(f"--max-dk must be at least 1, got {args.max_dk}")
+    dims = [2**i for i in range(args.max_dk.bit_length()) if 2**i <= args.max_dk]
+    return plots.plot_scaling(dims, **size)
+
+
+def run(args) -> int:
+    from aiayn.plots._figure import parse_size, save_png
+
+    fig, _ = _figure(args, {} if args.size is None else {"size": parse_size(args.size)})
+    print(f"wrote {save_png(fig, args.output)}")
+    return 0

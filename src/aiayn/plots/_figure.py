@@ -1,0 +1,45 @@
+"""Shared figure helpers: headless Agg figures with an exact pixel size, saved atomically.
+
+Figures are built with `matplotlib.figure.Figure` and the Agg canvas directly, never through
+`pyplot`: nothing global is touched, so the plots work on servers without a display and do
+not change the backend a notebook has chosen (a `Figure` still displays inline there).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from aiayn.io import atomic_write
+
+DPI = 100
+DEFAULT_SIZE = (1000, 700)  # pixels (width, height)
+
+
+def new_figure(size: tuple[int, int] = DEFAULT_SIZE, dpi: int = DPI) -> Figure:
+    """A figure of exactly `size` pixels (width, height) when saved at `dpi`, with constrained layout."""
+    width, height = size
+    if width < 50 or height < 50:
+        raise ValueError(f"figure size must be at least 50x50 pixels, got {width}x{height}")
+    fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` as a PNG at its own size and dpi (no tight bbox, so the pixel size is exact)."""
+    path = Path(path)
+    with atomic_write(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=fig.dpi)
+    return path
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """'1000x700' -> (1000, 700)."""
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"size must look like WIDTHxHEIGHT in pixels, e.g. 1000x700, got {text!r}") from None
+    return width, height

@@ -1,0 +1,228 @@
+"""Attention maps of one translation, as the model computed them (§3.2, Figure 3-5 of the paper).
+
+`decode_with_attention` translates greedily with the key/value cache and keeps, at every
+step, the weights the model actually used: encoder self-attention, decoder masked
+self-attention and encoder-decoder (cross) attention, for every layer and head.
+`forward_attention` gives the same maps from one teacher-forced pass; the tests check the
+two agree, so the pictures show what happened during the translation.
+
+Axis conventions of the returned maps (T = number of generated tokens, EOS included):
+    decoder row t is the decoder position whose input is `in_labels[t]` (BOS, y1, ..)
+    and which predicts `out_labels[t]` (y1, .., EOS).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from aiayn.config import DecodeConfig
+from aiayn.plots._figure import DEFAULT_SIZE, new_figure, save_png
+
+PARTS = ("encoder", "decoder", "cross")
+TITLES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention",
+          "cross": "encoder-decoder attention"}
+
+
+@dataclass(frozen=True)
+class AttentionMaps:
+    """Attention weights of one translated sentence, as numpy float32 arrays.
+
+    encoder: (L_enc, H, S, S); decoder: (L_dec, H, T, T); cross: (L_dec, H, T, S).
+    """
+
+    src_ids: list[int]
+    out_ids: list[int]  # generated ids; the last is EOS unless the length limit was hit
+    encoder: np.ndarray
+    decoder: np.ndarray
+    cross: np.ndarray
+    src_labels: list[str]
+    in_labels: list[str]  # decoder inputs: BOS + out_ids[:-1]
+    out_labels: list[str]  # predictions: out_ids
+
+    def part(self, name: str) -> np.ndarray:
+        if name not in PARTS:
+            raise ValueError(f"unknown attention part {name!r}; choose from {', '.join(PARTS)}")
+        return getattr(self, name)
+
+    def labels(self, name: str) -> tuple[list[str], list[str]]:
+        """(row labels, column labels) of a part's heatmaps."""
+        return {"encoder": (self.src_labels, self.src_labels),
+                "decoder": (self.in_labels, self.in_labels),
+                "cross": (self.out_labels, self.src_labels)}[name]
+
+
+# -- computing the maps --------------------------------------------------------------------
+def _stack(per_layer: list[Tensor]) -> np.ndarray:
+    """Per layer (1, H, Tq, Tk) -> (L, H, Tq, Tk) float32."""
+    return torch.cat(per_layer, dim=0).float().cpu().numpy()
+
+
+@torch.inference_mode()
+def decode_with_attention(
+    model, src_ids: Sequence[int], max_len_a: float | None = None, max_len_b: int | None = None,
+) -> AttentionMaps:
+    """Greedy translation of one sentence, keeping the attention of every decoding step.
+
+    `src_ids` follow `aiayn.decoding.common.encode_source` (ids + EOS). The decoder runs
+    incrementally (one token per step against the cache, PAD/BOS never chosen), exactly
+    as `aiayn.decoding.greedy.greedy_search`, which it matches token for token. Labels are
+    left as ids rendered with str(); `attention_for_sentence` fills in subword pieces.
+    """
+    from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+
+    defaults = DecodeConfig()
+    a = defaults.max_len_a if max_len_a is None else max_len_a
+    b = defaults.max_len_b if max_len_b is None else max_len_b
+    cfg, device = model.config, next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)  # (1, S)
+        enc = model.encode(src, need_weights=True)
+        limit = int(clamp_to_positions(max_output_length(enc.src_mask.sum(1), a, b), cfg)[0])
+        cache = model.init_cache(enc, capacity=limit + 1)
+        token = torch.tensor([[cfg.bos_id]], device=device)  # (1, 1)
+        out_ids, self_steps, cross_steps = [], [], []
+        for t in range(limit):
+            out = model.decode(token, cache, need_weights=True)
+            self_steps.append(out.self_attentions)  # per layer (1, H, 1, t+1)
+            cross_steps.append(out.cross_attentions)  # per layer (1, H, 1, S)
+            token = forbid_tokens(out.logits[:, -1], cfg, t, 0).argmax(-1, keepdim=True)  # (1, 1)
+            out_ids.append(int(token))
+            if out_ids[-1] == cfg.eos_id:
+                break
+    finally:
+        model.train(was_training)
+    T = len(out_ids)
+    decoder = np.zeros((len(self_steps[0]), cfg.n_heads, T, T), dtype=np.float32)  # future keys stay 0
+    for t, layers in enumerate(self_steps):
+        decoder[:, :, t, : t + 1] = _stack(layers)[:, :, 0]
+    cross = np.stack([_stack(layers)[:, :, 0] for layers in cross_steps], axis=2)  # (L, H, T, S)
+    in_ids = [cfg.bos_id, *out_ids[:-1]]
+    return AttentionMaps(
+        list(src_ids), out_ids, _stack(enc.attentions), decoder, cross,
+        [str(i) for i in src_ids], [str(i) for i in in_ids], [str(i) for i in out_ids],
+    )
+
+
+@torch.inference_mode()
+def forward_attention(model, src: Tensor, tgt_in: Tensor) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """Attention of one teacher-forced pass: src (B, S), tgt_in (B, T) (BOS + prefix).
+
+    Returns per layer: encoder (B, H, S, S), decoder self (B, H, T, T), cross (B, H, T, S).
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        enc = model.encode(src, need_weights=True)
+        out = model.decode(tgt_in, model.init_cache(enc, capacity=tgt_in.shape[1]), need_weights=True)
+    finally:
+        model.train(was_training)
+    return enc.attentions, out.self_attentions, out.cross_attentions
+
+
+def attention_for_sentence(
+    model_dir: str | Path, sentence: str, max_len_a: float | None = None, max_len_b: int | None = None,
+    device: str = "cpu",
+) -> AttentionMaps:
+    """Load a model directory (weights + tokenizers), translate `sentence`, return its maps."""
+    from aiayn.data.tokenizer import load_tokenizers
+    from aiayn.decoding.common import encode_source
+    from aiayn.model import Transformer
+
+    model = Transformer.from_pretrained(model_dir, device=device)
+    tokenizers = load_tokenizers(model_dir)
+    ids = encode_source(tokenizers.src, sentence)  # ids + EOS, as in training
+    if len(ids) < 2:
+        raise ValueError("the sentence to translate is empty")
+    maps = decode_with_attention(model, ids, max_len_a, max_len_b)
+    bos = model.config.bos_id
+    return AttentionMaps(
+        maps.src_ids, maps.out_ids, maps.encoder, maps.decoder, maps.cross,
+        tokenizers.src.pieces(maps.src_ids), tokenizers.tgt.pieces([bos, *maps.out_ids[:-1]]),
+        tokenizers.tgt.pieces(maps.out_ids),
+    )
+
+
+# -- drawing ---------------------------------------------------------------------------------
+def _heatmap(ax, weights: np.ndarray, rows: list[str], cols: list[str], title: str, show_labels: bool = True):
+    image = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+    ax.set_title(title, fontsize=9)
+    n = max(len(rows), len(cols))
+    fontsize = 8 if n <= 20 else 6 if n <= 40 else 4
+    for axis_ticks, labels, rotate in ((ax.set_xticks, cols, 90), (ax.set_yticks, rows, 0)):
+        if show_labels:
+            axis_ticks(range(len(labels)), labels, fontsize=fontsize, rotation=rotate)
+        else:
+            axis_ticks([])
+    return image
+
+
+def _pick_layer(n_layers: int, layer: int | None) -> int:
+    layer = n_layers - 1 if layer is None else layer
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer {layer} out of range: the model has layers 0..{n_layers - 1}")
+    return layer
+
+
+def plot_attention(
+    maps: AttentionMaps, part: str = "cross", layer: int | None = None, head: int | None = None,
+    size: tuple[int, int] = DEFAULT_SIZE,
+):
+    """Heatmaps of one part ('encoder', 'decoder', 'cross' or 'all') at one layer (default: last).
+
+    With `head` one heatmap per part; without, a grid of all heads. Returns (figure, arrays)
+    where arrays holds the drawn weights and their axis labels.
+    """
+    parts = PARTS if part == "all" else (part,)
+    weights = {p: maps.part(p) for p in parts}
+    layers = {p: _pick_layer(w.shape[0], layer) for p, w in weights.items()}
+    n_heads = weights[parts[0]].shape[1]
+    heads = list(range(n_heads)) if head is None else [head]
+    if not all(0 <= h < n_heads for h in heads):
+        raise ValueError(f"head {head} out of range: the model has heads 0..{n_heads - 1}")
+    if len(parts) == 1 and len(heads) > 1:
+        ncols = min(len(heads), 4)
+        grid = [(parts[0], h, divmod(i, ncols)) for i, h in enumerate(heads)]
+        nrows = math.ceil(len(heads) / ncols)
+    else:
+        ncols, nrows = len(heads), len(parts)
+        grid = [(p, h, (r, c)) for r, p in enumerate(parts) for c, h in enumerate(heads)]
+    fig = new_figure(size)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    arrays: dict[str, np.ndarray | list[str]] = {}
+    image = None
+    for p, h, (r, c) in grid:
+        rows, cols = maps.labels(p)
+        w = weights[p][layers[p], h]
+        image = _heatmap(axes[r][c], w, rows, cols, f"{TITLES[p]}\nlayer {layers[p]}, head {h}",
+                         show_labels=len(grid) <= 8 or (c == 0 or r == nrows - 1))
+        arrays[f"{p}/layer{layers[p]}/head{h}"] = w
+    for ax in axes.flat[len(grid):]:
+        ax.set_visible(False)
+    for p in parts:
+        arrays[f"{p}/rows"], arrays[f"{p}/cols"] = maps.labels(p)
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    return fig, arrays
+
+
+def save_attention_plot(
+    model_dir: str | Path, sentence: str, path: str | Path, part: str = "cross",
+    layer: int | None = None, head: int | None = None, size: tuple[int, int] = DEFAULT_SIZE,
+    max_len_a: float | None = None, max_len_b: int | None = None,
+) -> Path:
+    """Translate `sentence` with the model in `model_dir` and save its attention as a PNG.
+
+    One line for the demo: `save_attention_plot(model_dir, "a b c", out / "attention.png")`.
+    Returns the path written. On the reverse task the cross-attention is an anti-diagonal.
+    """
+    maps = attention_for_sentence(model_dir, sentence, max_len_a, max_len_b)
+    fig, _ = plot_attention(maps, part, layer, head, size)
+    return save_png(fig, path)

@@ -1,0 +1,91 @@
+import numpy as np
+import pytest
+import torch
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decoding.greedy import greedy_search
+from aiayn.plots import attention as att
+from plot_helpers import SYMBOLS, assert_picture, tiny_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=1)
+
+
+SRC = [4, 9, 7, 5, 12, 6, EOS_ID]  # ids + EOS, as encode_source makes them
+
+
+def test_translation_matches_greedy_search(model):
+    maps = att.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=5)
+    expected = greedy_search(model, torch.tensor([SRC]), 1.0, 5)[0]
+    assert [i for i in maps.out_ids if i != EOS_ID] == expected
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_translation_attention_equals_teacher_forced_pass(norm_first):
+    """Weights collected step by step (cached decoding) = one teacher-forced pass on the same tokens."""
+    model = tiny_model(seed=2, norm_first=norm_first)
+    maps = att.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=4)
+    tgt_in = torch.tensor([[BOS_ID, *maps.out_ids[:-1]]])  # (1, T)
+    enc, dec, cross = att.forward_attention(model, torch.tensor([SRC]), tgt_in)
+    assert maps.decoder.shape == (2, 2, len(maps.out_ids), len(maps.out_ids))
+    np.testing.assert_allclose(maps.encoder, torch.cat(enc).numpy(), atol=1e-6)
+    np.testing.assert_allclose(maps.decoder, torch.cat(dec).numpy(), atol=1e-6)
+    np.testing.assert_allclose(maps.cross, torch.cat(cross).numpy(), atol=1e-6)
+
+
+def test_rows_sum_to_one_and_future_gets_zero(model):
+    maps = att.decode_with_attention(model, SRC, max_len_b=6)
+    for part in att.PARTS:
+        np.testing.assert_allclose(maps.part(part).sum(-1), 1.0, atol=1e-5)
+    future = np.triu(np.ones(maps.decoder.shape[-2:], dtype=bool), k=1)
+    assert np.all(maps.decoder[..., future] == 0)
+    assert np.all(maps.decoder[..., ~future] > 0)
+
+
+def test_padded_positions_get_zero_weight(model):
+    src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, PAD_ID, PAD_ID, PAD_ID]])  # (2, 5)
+    tgt = torch.tensor([[BOS_ID, 4, 5, 6], [BOS_ID, 7, PAD_ID, PAD_ID]])  # (2, 4)
+    enc, dec, cross = att.forward_attention(model, src, tgt)
+    for w in enc + cross:
+        assert torch.all(w[1, ..., 2:] == 0)  # keys at padded source positions
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+    for w in dec:
+        assert torch.all(w.triu(1) == 0)
+    # the short sentence's encoder weights equal those of the sentence alone
+    alone, _, _ = att.forward_attention(model, src[1:, :2], tgt[1:, :2])
+    torch.testing.assert_close(enc[0][1, :, :2, :2], alone[0][0])
+
+
+def test_attention_for_sentence_labels_real_tokens(model_dir):
+    maps = att.attention_for_sentence(model_dir, "a c b j", max_len_b=3)
+    assert maps.src_labels == ["a", "c", "b", "j", "</s>"]
+    assert maps.in_labels[0] == "<s>"
+    assert maps.in_labels[1:] == maps.out_labels[:-1]
+    assert set(maps.out_labels) <= set(SYMBOLS) | {"</s>"}
+
+
+@pytest.mark.parametrize("part,head", [("cross", None), ("decoder", 1), ("encoder", None), ("all", 0), ("all", None)])
+def test_plot_attention_draws_each_layout(model, tmp_path, part, head):
+    maps = att.decode_with_attention(model, SRC, max_len_b=3)
+    fig, arrays = att.plot_attention(maps, part, layer=0, head=head, size=(600, 400))
+    parts = att.PARTS if part == "all" else (part,)
+    n_maps = len(parts) * (1 if head is not None else 2)
+    assert sum(1 for k in arrays if "/head" in k) == n_maps
+    assert_picture(att.save_png(fig, tmp_path / "a.png"), (600, 400))
+
+
+def test_plot_attention_rejects_bad_layer_and_head(model):
+    maps = att.decode_with_attention(model, SRC, max_len_b=2)
+    with pytest.raises(ValueError, match="layer 5"):
+        att.plot_attention(maps, layer=5)
+    with pytest.raises(ValueError, match="head 2"):
+        att.plot_attention(maps, head=2)
+
+
+def test_save_attention_plot(model_dir, tmp_path):
+    path = att.save_attention_plot(model_dir, "a b c d", tmp_path / "sub" / "att.png", size=(500, 400),
+                                   max_len_b=4)
+    assert path == tmp_path / "sub" / "att.png"
+    assert_picture(path, (500, 400))
