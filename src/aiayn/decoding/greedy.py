@@ -1,39 +1,81 @@
-"""Batched greedy decoding with the key/value cache."""
+"""Batched greedy decoding with the key/value cache, and the one-token-per-row loop that
+sampling shares.
+
+Every row stops at EOS or at its own length limit (`common.max_output_length`), so a
+sentence's output never depends on the rest of its batch.
+"""
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 from torch import Tensor
 
-from aiayn.model import Transformer
+from aiayn.config import DecodeConfig
+from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+
+__all__ = ["greedy_search", "decode_rows", "max_output_length"]
+
+Picker = Callable[[Tensor], Tensor]  # scores (N, V) -> chosen ids (N,)
 
 
-def max_output_length(src_lengths: Tensor, a: float, b: int) -> Tensor:
-    """a · |src| + b per sentence (§6.1: |src| + 50). (B,) -> (B,) long."""
-    return (a * src_lengths.float() + b).long()
+def _limits(model, enc, max_len_a: float | None, max_len_b: int | None) -> Tensor:
+    d = DecodeConfig()
+    a = d.max_len_a if max_len_a is None else max_len_a
+    b = d.max_len_b if max_len_b is None else max_len_b
+    lengths = enc.src_mask.sum(1)  # (B,) real source tokens
+    return clamp_to_positions(max_output_length(lengths, a, b), model.config)
 
 
 @torch.inference_mode()
-def greedy_search(model: Transformer, src: Tensor, max_len_a: float = 1.0, max_len_b: int = 50) -> list[list[int]]:
-    """argmax decoding of a padded batch src (B, S). Returns token ids without BOS/EOS.
+def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None,
+                max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
+    """Decode each row of src (B, S) one token per step, choosing with `pick`.
 
-    Each sentence stops at EOS or at its own maximum length, so results do not depend
-    on what else is in the batch.
+    Returns token ids without BOS/EOS. State:
+        tokens: (B, 1) long   the last token of every row (BOS at first)
+        out:    (B, L) long   produced tokens, L = the longest limit; PAD after the end
+        alive:  (B,) bool     rows that have neither produced EOS nor reached their limit
     """
     cfg = model.config
     enc = model.encode(src)
-    limits = max_output_length(enc.src_mask.sum(1), max_len_a, max_len_b)  # (B,)
+    limits = _limits(model, enc, max_len_a, max_len_b)  # (B,)
     steps = int(limits.max())
-    cache = model.init_cache(enc, capacity=steps + 1)
-    tokens = torch.full((src.shape[0], 1), cfg.bos_id, dtype=torch.long, device=src.device)
-    out = torch.full((src.shape[0], steps), cfg.pad_id, dtype=torch.long, device=src.device)
-    done = torch.zeros(src.shape[0], dtype=torch.bool, device=src.device)
+    cache = model.init_cache(enc, capacity=steps)
+    B = src.shape[0]
+    tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    out = torch.full((B, steps), cfg.pad_id, dtype=torch.long, device=src.device)
+    alive = torch.ones(B, dtype=torch.bool, device=src.device)
     for t in range(steps):
-        logits = model.decode(tokens, cache).logits[:, -1]  # (B, V)
-        tokens = logits.argmax(-1, keepdim=True)  # (B, 1)
-        done |= t >= limits  # this sentence reached its own limit
-        out[:, t] = tokens.squeeze(1).masked_fill(done, cfg.pad_id)
-        done |= tokens.squeeze(1) == cfg.eos_id
-        if bool(done.all()):
+        scores = model.decode(tokens, cache).logits[:, -1]  # (B, V)
+        chosen = pick(forbid_tokens(scores, cfg, t, min_len))  # (B,)
+        alive &= limits > t
+        out[:, t] = chosen.masked_fill(~alive, cfg.pad_id)
+        alive &= chosen != cfg.eos_id
+        tokens = chosen[:, None]
+        if t % 4 == 3 and not bool(alive.any()):  # a host sync every few steps only
             break
-    return [[i for i in row if i not in (cfg.pad_id, cfg.eos_id)] for row in out.tolist()]
+    return _strip(out, limits, cfg.eos_id)
+
+
+def _strip(out: Tensor, limits: Tensor, eos_id: int) -> list[list[int]]:
+    rows = []
+    for row, limit in zip(out.tolist(), limits.tolist()):
+        row = row[:limit]
+        rows.append(row[: row.index(eos_id)] if eos_id in row else row)
+    return rows
+
+
+def _argmax(scores: Tensor) -> Tensor:
+    return scores.argmax(-1)
+
+
+def greedy_search(model, src: Tensor, max_len_a: float | None = None, max_len_b: int | None = None,
+                  min_len: int = 0) -> list[list[int]]:
+    """argmax decoding of a padded batch src (B, S). Returns token ids without BOS/EOS.
+
+    `max_len_a`/`max_len_b` default to `DecodeConfig` (|src| + 50, §6.1); `min_len`
+    forbids EOS before that many tokens (0: never forbidden).
+    """
+    return decode_rows(model, src, _argmax, max_len_a, max_len_b, min_len)

@@ -1,0 +1,146 @@
+"""Beam search, batched over sentences × beams, on the key/value cache.
+
+Scoring. A hypothesis Y is ranked by log P(Y | X) / lp(|Y|), with lp the GNMT penalty
+((5 + |Y|) / 6) ** α by default (the paper, §6.1, α = 0.6) or |Y| ** α
+(`length_penalty_form="plain"`, as in fairseq / Hugging Face); see `length_penalty`.
+|Y| counts the generated tokens including EOS.
+
+Step t (t tokens already in every live beam). For each sentence the K live beams are
+extended by every token; of the K·V candidates the best 2K are ranked. Candidates that
+end in EOS and rank among the first K become finished hypotheses (kept to the end);
+the first K candidates that do not end in EOS become the next live beams, so a sentence
+always has K live beams. At a sentence's last allowed step its first K candidates are
+all finished, EOS or not.
+
+Early stopping. Log-probabilities only fall and lp only grows with |Y|, so a live beam
+with cumulative log-probability s <= 0 can end with a score of at most s / lp(L), L the
+sentence's length limit. Once a sentence has `nbest` finished hypotheses and this
+bound for its best live beam is no better than its nbest-th finished score, nothing can
+enter its n-best list and it is dropped from the batch.
+
+State (B' = sentences still searching, K = beam size, t = tokens so far):
+    cache:   KVCache, N = B'·K rows; row b·K + k is beam k of active sentence b
+    last:    (N, 1) long     token each row feeds to the next step (BOS at first)
+    scores:  (B', K) float   cumulative log-probability of each live beam (-inf: unused)
+    history: (B', K, t) long tokens of each live beam, BOS excluded
+    limits:  (B',) long      max tokens, EOS included (`common.max_output_length`)
+    ids:     (B',) long      each active sentence's index in the input batch
+    finished: list of B lists of `Hypothesis`, indexed by input position
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from aiayn.config import DecodeConfig
+from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+from aiayn.decoding.length_penalty import length_penalty
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    tokens: list[int]  # without BOS and EOS
+    score: float  # log_prob / lp(|Y|)
+    log_prob: float  # sum of token log-probabilities, EOS included when present
+
+
+@dataclass
+class _State:
+    last: Tensor
+    scores: Tensor
+    history: Tensor
+    limits: Tensor
+    ids: Tensor
+    finished: list[list[Hypothesis]] = field(default_factory=list)
+
+
+@torch.inference_mode()
+def beam_search(model, src: Tensor, config: DecodeConfig | None = None, min_len: int = 0) -> list[list[Hypothesis]]:
+    """n-best lists (best first, `config.nbest` long) for each row of src (B, S).
+
+    `config` defaults to `DecodeConfig()` (beam 4, GNMT α = 0.6, |src| + 50 tokens);
+    `min_len` forbids EOS before that many tokens.
+    """
+    cfg = config or DecodeConfig()
+    enc = model.encode(src)
+    B, K = src.shape[0], cfg.beam_size
+    limits = clamp_to_positions(max_output_length(enc.src_mask.sum(1), cfg.max_len_a, cfg.max_len_b), model.config)
+    cache = model.init_cache(enc, capacity=int(limits.max()))
+    cache = cache.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
+    state = _initial_state(B, K, limits, model.config.bos_id, [[] for _ in range(B)])
+    for t in range(int(limits.max())):
+        logits = model.decode(state.last, cache).logits[:, -1]  # (N, V)
+        logp = forbid_tokens(torch.log_softmax(logits.float(), dim=-1), model.config, t, min_len)
+        state, rows = _advance(state, logp, t, cfg, model.config.eos_id)
+        if state.ids.numel() == 0:
+            break
+        cache = cache.reorder(rows)
+    return [sorted(h, key=lambda x: -x.score)[: cfg.nbest] for h in state.finished]
+
+
+def _initial_state(B: int, K: int, limits: Tensor, bos_id: int, finished) -> _State:
+    device = limits.device
+    scores = torch.full((B, K), float("-inf"), device=device)
+    scores[:, 0] = 0.0  # one live beam at first, so the K beams do not start as copies
+    return _State(
+        last=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),
+        scores=scores,
+        history=torch.empty(B, K, 0, dtype=torch.long, device=device),
+        limits=limits,
+        ids=torch.arange(B, device=device),
+        finished=finished,
+    )
+
+
+def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig, eos_id: int) -> tuple[_State, Tensor]:
+    """One beam step. logp: (N, V). Returns the new state and the cache rows (N',) to keep."""
+    Bn, K = state.scores.shape
+    V = logp.shape[-1]
+    cand = state.scores[:, :, None] + logp.view(Bn, K, V)  # (B', K, V)
+    top_scores, top_flat = cand.view(Bn, K * V).topk(2 * K, dim=1)  # (B', 2K), best first
+    top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)
+    is_eos = top_tok == eos_id
+    last_step = state.limits <= t + 1  # (B',) this token is the last allowed
+    _finish(state, top_scores, top_beam, top_tok, is_eos, last_step, t, cfg)
+
+    rank = torch.arange(2 * K, device=logp.device)
+    pick = (rank + 2 * K * is_eos.long()).topk(K, dim=1, largest=False).indices  # (B', K) first K non-EOS
+    scores = top_scores.gather(1, pick)  # (B', K)
+    beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)  # (B', K)
+    history = torch.cat([state.history.gather(1, beam[:, :, None].expand(-1, -1, t)), tok[:, :, None]], 2)
+
+    keep = ~(last_step | _cannot_improve(state, scores, cfg))  # (B',)
+    rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)[keep].reshape(-1)  # (B'' K,)
+    new = _State(tok[keep].reshape(-1, 1), scores[keep], history[keep], state.limits[keep],
+                 state.ids[keep], state.finished)
+    return new, rows
+
+
+def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: int, cfg: DecodeConfig) -> None:
+    """Record the finished hypotheses among the first K candidates of each sentence."""
+    K = cfg.beam_size
+    done = (is_eos | last_step[:, None])[:, :K] & torch.isfinite(top_scores[:, :K])  # (B', K)
+    if not bool(done.any()):
+        return
+    lp = float(length_penalty(t + 1, cfg.length_penalty, cfg.length_penalty_form))
+    for b, j in done.nonzero().tolist():
+        tokens = state.history[b, int(top_beam[b, j])].tolist()
+        if not bool(is_eos[b, j]):
+            tokens.append(int(top_tok[b, j]))
+        log_prob = float(top_scores[b, j])
+        state.finished[int(state.ids[b])].append(Hypothesis(tokens, log_prob / lp, log_prob))
+
+
+def _cannot_improve(state: _State, live_scores: Tensor, cfg: DecodeConfig) -> Tensor:
+    """(B',) bool: the best live beam's score bound cannot beat the nbest-th finished score."""
+    worst_kept = []
+    for i in state.ids.tolist():
+        scores = sorted((h.score for h in state.finished[i]), reverse=True)
+        worst_kept.append(scores[cfg.nbest - 1] if len(scores) >= cfg.nbest else float("inf"))
+    worst = torch.tensor(worst_kept, device=live_scores.device)  # (B',)
+    lp_max = length_penalty(state.limits, cfg.length_penalty, cfg.length_penalty_form).to(live_scores.device)
+    bound = live_scores[:, 0] / lp_max  # live scores are <= 0, so the longest length gives the bound
+    return (worst != float("inf")) & (bound <= worst)

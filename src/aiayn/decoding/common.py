@@ -1,0 +1,69 @@
+"""Helpers shared by every search strategy and by the callers that prepare their input.
+
+Source convention (the trainer and the Translator both follow it): a source sentence is
+its token ids followed by EOS, no BOS, padded on the right with PAD. See `encode_source`.
+
+Output-length convention: a sentence of |src| real source tokens (EOS included) may
+receive at most ``max(1, floor(a·|src| + b))`` target tokens, EOS included (§6.1:
+a = 1, b = 50). A hypothesis that reaches the limit without EOS ends there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+
+def encode_source(tokenizer, text: str, max_len: int | None = None) -> list[int]:
+    """Token ids of `text` + EOS, truncated (with a logged warning) to `max_len` ids, EOS kept.
+
+    `tokenizer` is an `aiayn.data.tokenizer.Tokenizer`; its `encode` adds no BOS/EOS.
+    """
+    from aiayn.config import EOS_ID
+
+    ids = tokenizer.encode(text)
+    if max_len is not None and len(ids) + 1 > max_len:
+        if max_len < 1:
+            raise ValueError(f"max_len must be at least 1 (room for EOS), got {max_len}")
+        log.warning("source of %d tokens truncated to %d: %.40r...", len(ids) + 1, max_len, text)
+        ids = ids[: max_len - 1]
+    return ids + [EOS_ID]
+
+
+def pad_sources(sources: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> Tensor:
+    """Right-pad id lists into one (B, S) long tensor; S = longest (at least 1)."""
+    width = max((len(s) for s in sources), default=0) or 1
+    out = torch.full((len(sources), width), pad_id, dtype=torch.long)
+    for i, ids in enumerate(sources):
+        out[i, : len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return out.to(device)
+
+
+def max_output_length(src_lengths: Tensor, a: float, b: int) -> Tensor:
+    """max(1, a·|src| + b) target tokens per sentence, EOS included. (B,) -> (B,) long."""
+    return (a * src_lengths.float() + b).long().clamp_(min=1)
+
+
+def clamp_to_positions(limits: Tensor, config) -> Tensor:
+    """Learned position tables end at max_positions: never decode past them."""
+    if config.positional == "learned":
+        return limits.clamp(max=config.max_positions)
+    return limits
+
+
+def forbid_tokens(scores: Tensor, config, step: int, min_len: int) -> Tensor:
+    """Set scores (N, V) of tokens that may never be produced to -inf, in place.
+
+    PAD and BOS are never outputs; EOS is forbidden before `min_len` tokens exist
+    (`step` tokens have been produced so far).
+    """
+    scores[:, config.pad_id] = float("-inf")
+    scores[:, config.bos_id] = float("-inf")
+    if step < min_len:
+        scores[:, config.eos_id] = float("-inf")
+    return scores

@@ -1,0 +1,50 @@
+"""Ancestral sampling with temperature, top-k and top-p (nucleus) filtering.
+
+Seeded through an explicit `torch.Generator`, so a run is reproducible. Filtered-out
+tokens get probability exactly 0 and are therefore never drawn.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.decoding.greedy import decode_rows
+
+
+def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """Set to -inf every logit outside the top-k and outside the top-p nucleus. (N, V) -> (N, V).
+
+    top_k = 0 keeps all; top_p = 1 keeps all. The nucleus is the smallest set of most
+    probable tokens whose probability reaches top_p (the most probable token is always kept).
+    """
+    if top_k < 0 or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"need top_k >= 0 and 0 < top_p <= 1, got top_k={top_k}, top_p={top_p}")
+    logits = logits.clone()
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+        logits[logits < kth] = float("-inf")
+    if top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (N, V)
+        probs = sorted_logits.softmax(-1)
+        before = probs.cumsum(-1) - probs  # mass of strictly more probable tokens
+        drop_sorted = before >= top_p
+        logits.scatter_(-1, order, sorted_logits.masked_fill(drop_sorted, float("-inf")))
+    return logits
+
+
+def sample(model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           generator: torch.Generator | None = None, max_len_a: float | None = None,
+           max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
+    """Sample one output per row of src (B, S); ids without BOS/EOS.
+
+    Probabilities are softmax(logits / temperature) restricted by `filter_logits`.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+
+    def pick(scores: Tensor) -> Tensor:  # (N, V) -> (N,)
+        probs = filter_logits(scores.float() / temperature, top_k, top_p).softmax(-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return decode_rows(model, src, pick, max_len_a, max_len_b, min_len)
