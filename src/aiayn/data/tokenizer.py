@@ -333,9 +333,10 @@ def _read_manifest(path: Path) -> dict:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
         for side in ("src", "tgt"):
-            manifest[side]["type"], manifest[side]["file"]  # noqa: B018 (presence check)
+            if not all(isinstance(manifest[side].get(k), str) for k in ("type", "file")):
+                raise KeyError(f"{side}.type / {side}.file")
         manifest["joint"] = bool(manifest["joint"])
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise TokenizerError(f"{path}: corrupt tokenizer manifest ({type(e).__name__}: {e})") from None
     if manifest.get("version") != MANIFEST_VERSION:
         raise TokenizerError(f"{path}: unsupported manifest version {manifest.get('version')!r}")
