@@ -24,13 +24,20 @@ def encode_source(tokenizer, text: str, max_len: int | None = None) -> list[int]
 
     `tokenizer` is an `aiayn.data.tokenizer.Tokenizer`; its `encode` adds no BOS/EOS.
     """
-    from aiayn.config import EOS_ID
-
     ids = tokenizer.encode(text)
     if max_len is not None and len(ids) + 1 > max_len:
+        log.warning("source of %d tokens truncated to %d: %.40r...", len(ids) + 1, max_len, text)
+    return source_ids(ids, max_len)
+
+
+def source_ids(ids: Sequence[int], max_len: int | None = None) -> list[int]:
+    """Already tokenized source ids -> ids + EOS, at most `max_len` long (EOS kept last)."""
+    from aiayn.config import EOS_ID
+
+    ids = [int(i) for i in ids]
+    if max_len is not None:
         if max_len < 1:
             raise ValueError(f"max_len must be at least 1 (room for EOS), got {max_len}")
-        log.warning("source of %d tokens truncated to %d: %.40r...", len(ids) + 1, max_len, text)
         ids = ids[: max_len - 1]
     return ids + [EOS_ID]
 

@@ -1,0 +1,84 @@
+import logging
+
+import pytest
+import torch
+
+from aiayn.config import DecodeConfig, TransformerConfig
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources
+from aiayn.model import Transformer
+from aiayn.translator import Translator
+
+SYMBOLS = [chr(ord("a") + i) for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    tok = SymbolTokenizer(SYMBOLS)
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=tok.vocab_size)).eval()
+    path = tmp_path_factory.mktemp("model")
+    model.save_pretrained(path)
+    save_tokenizers(TokenizerPair.shared(tok), path)
+    return path
+
+
+SENTENCES = ["a b c", "", "d e f g h i j", "k", "  ", "b b b b"]
+
+
+def test_matches_the_search_functions_and_keeps_order(model_dir):
+    tr = Translator.from_pretrained(model_dir, decode=DecodeConfig(max_len_b=8), batch_tokens=8)
+    tok, model = tr.tokenizers.src, tr.model
+    out = tr.translate(SENTENCES, beam_size=1)
+    beam = tr.translate(SENTENCES, beam_size=3)
+    for s, o, bo in zip(SENTENCES, out, beam):
+        if not s.strip():
+            assert o == "" and bo == ""  # blank lines stay blank, output stays aligned
+            continue
+        src = pad_sources([encode_source(tok, s)], 0)
+        assert o == tok.decode(greedy_search(model, src, 1.0, 8)[0])
+        cfg = DecodeConfig(beam_size=3, max_len_b=8)
+        assert bo == tok.decode(beam_search(model, src, cfg)[0][0].tokens)
+
+
+def test_nbest_with_scores(model_dir):
+    tr = Translator.from_pretrained(model_dir)
+    out = tr.translate(["a b", ""], beam_size=4, nbest=3, max_len_b=5)
+    assert len(out[0]) == 3 and out[1] == [("", 0.0)]
+    scores = [s for _, s in out[0]]
+    assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
+
+
+def test_sampling_is_seeded(model_dir):
+    tr = Translator.from_pretrained(model_dir)
+    run = lambda seed: tr.translate(SENTENCES, method="sample", seed=seed, max_len_b=6)  # noqa: E731
+    assert run(1) == run(1)
+
+
+def test_overlong_truncated_with_warning_and_unknown_symbols(model_dir, caplog):
+    tr = Translator.from_pretrained(model_dir, max_input_tokens=4)
+    with caplog.at_level(logging.WARNING):
+        out = tr.translate(["a b c d e f g", "zz ? a"], beam_size=1, max_len_b=3)
+    assert any("truncated" in r.message for r in caplog.records)
+    assert len(out) == 2 and all(isinstance(o, str) for o in out)
+    assert tr.translate(["a b c"], beam_size=1, max_len_b=3) == out[:1]  # same first 3 tokens + EOS
+
+
+def test_progress_counts_every_sentence(model_dir):
+    seen = []
+    Translator.from_pretrained(model_dir, batch_tokens=6).translate(SENTENCES, beam_size=1, max_len_b=2,
+                                                                    progress=seen.append)
+    assert sum(seen) == len(SENTENCES)
+
+
+def test_bad_model_dirs(tmp_path, model_dir):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        Translator.from_pretrained(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        Translator.from_pretrained(tmp_path)
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=30)).save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="tokenizer"):
+        Translator.from_pretrained(tmp_path)
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(SYMBOLS)), tmp_path)
+    with pytest.raises(ValueError, match="16 tokens but the model expects 30"):
+        Translator.from_pretrained(tmp_path)
