@@ -43,7 +43,7 @@ def add_arguments(p) -> None:
     s.add_argument("--d-model", type=int, help="d_model (default: config or paper)")
     s.add_argument("--warmup", type=int, help="warmup steps (default: config or paper)")
     s.add_argument("--factor", type=float, help="LR factor (default: config or paper)")
-    s.add_argument("--steps", type=int, help="steps to draw (default: 25 x warmup)")
+    s.add_argument("--steps", type=int, help="steps to draw (default: the config's max_updates, else 25 x warmup)")
     s.add_argument("--schedule", action="append",
                    help="schedule name(s) to draw, one panel each (default: the config's, else noam)")
     s.add_argument("--no-compare", action="store_true", help="omit the curves at other warmups/d_model")
@@ -56,7 +56,7 @@ def add_arguments(p) -> None:
 
 def _schedule_settings(args) -> dict:
     """d_model / warmup / factor from --config, overridden by explicit flags."""
-    values = {"d_model": None, "warmup": None, "factor": None, "schedule": None}
+    values = {"d_model": None, "warmup": None, "factor": None, "schedule": None, "steps": None}
     if args.config:
         from aiayn.config import TransformerConfig
         from aiayn.training.config import load_config
@@ -64,7 +64,7 @@ def _schedule_settings(args) -> dict:
         cfg = load_config(args.config)
         d_model = dict(cfg.model.overrides).get("d_model") or TransformerConfig.preset(cfg.model.preset).d_model
         values = {"d_model": d_model, "warmup": cfg.optim.warmup_steps, "factor": cfg.optim.lr_factor,
-                  "schedule": [cfg.train.schedule]}
+                  "schedule": [cfg.train.schedule], "steps": cfg.train.max_updates or None}
     for key in values:
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
@@ -87,7 +87,7 @@ def _figure(args, size: dict):
         return plots.plot_masks(args.lengths, args.tgt_len, **size)
     if args.kind == "schedule":
         s = _schedule_settings(args)
-        return plots.plot_schedule(s["d_model"], s["warmup"], s["factor"], args.steps, s["schedule"],
+        return plots.plot_schedule(s["d_model"], s["warmup"], s["factor"], s["steps"], s["schedule"],
                                    compare=not args.no_compare, **size)
     if args.kind == "curves":
         return plots.plot_curves(args.run, **size)

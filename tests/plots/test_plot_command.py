@@ -1,0 +1,86 @@
+"""Every `aiayn plot KIND` writes a PNG of the requested pixel size that is not blank."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from aiayn.cli import build_parser, main
+from aiayn.commands.plot import _schedule_settings
+from aiayn.config import PAD_ID
+from aiayn.embeddings import sinusoid_table
+from aiayn.plots import plot_masks, plot_positional, plot_schedule
+from aiayn.training.schedule import noam_lr
+from plot_helpers import assert_picture
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    rows = [{"step": s, "split": "train", "loss": 4 - s / 100, "nll": 3 - s / 100, "ppl": 10.0 - s / 50, "lr": s * 1e-5}
+            for s in range(1, 200, 20)]
+    rows.append({"step": 200, "split": "valid", "loss": 2.0, "nll": 1.8, "ppl": 6.0, "bleu": 3.5})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 2')
+    return tmp_path
+
+
+def _argv(kind, model_dir, run_dir):
+    return {
+        "attention": ["--model", str(model_dir), "--sentence", "a b c", "--part", "all", "--layer", "1"],
+        "positional": ["--length", "50", "--d-model", "64"],
+        "mask": ["--lengths", "4,2,5", "--tgt-len", "5"],
+        "schedule": ["--warmup", "100", "--d-model", "64", "--schedule", "noam", "--schedule", "constant"],
+        "curves": [str(run_dir)],
+        "scaling": ["--max-dk", "64"],
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["attention", "positional", "mask", "schedule", "curves", "scaling"])
+def test_each_kind_writes_a_picture(kind, tmp_path, model_dir, run_dir, capsys):
+    out = tmp_path / "pictures" / f"{kind}.png"
+    assert main(["plot", kind, "--output", str(out), "--size", "640x480", *_argv(kind, model_dir, run_dir)]) == 0
+    assert_picture(out, (640, 480))
+    assert str(out) in capsys.readouterr().out
+
+
+def test_bad_input_is_a_clean_error(tmp_path, capsys):
+    assert main(["plot", "curves", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 2
+    assert "metrics" in capsys.readouterr().err
+    assert main(["plot", "mask", "--size", "big", "-o", str(tmp_path / "x.png")]) == 2
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_positional_arrays_are_the_model_table():
+    _, arrays = plot_positional(length=20, d_model=16, dims=[0, 3])
+    np.testing.assert_array_equal(arrays["table"], sinusoid_table(20, 16).numpy())
+    with pytest.raises(ValueError, match="outside"):
+        plot_positional(d_model=16, dims=[16])
+
+
+def test_masks_by_hand():
+    _, arrays = plot_masks(lengths=[3, 1], tgt_len=3)
+    np.testing.assert_array_equal(arrays["padding"], [[1, 1, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(arrays["causal"], [[1, 0, 0], [1, 1, 0], [1, 1, 1]])
+    np.testing.assert_array_equal(arrays["causal_and_padding"], [[1, 0, 0], [1, 0, 0], [1, 0, 0]])
+    assert PAD_ID == 0
+
+
+def test_schedule_peaks_at_warmup():
+    _, arrays = plot_schedule(d_model=64, warmup=100, total_steps=1000, compare=False)
+    steps, lr = arrays["steps"], arrays["noam d_model=64 warmup=100"]
+    assert steps[np.argmax(lr)] == 100
+    assert lr.max() == pytest.approx(noam_lr(100, 64, 100))
+    with pytest.raises(ValueError, match="unknown schedule"):
+        plot_schedule(names=["nope"])
+
+
+def test_schedule_from_a_training_config(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('[model]\npreset = "tiny"\n[optim]\nwarmup_steps = 50\nlr_factor = 2.0\n'
+                      '[train]\nmax_updates = 500\nschedule = "inverse_sqrt"\n')
+    out = tmp_path / "s.png"
+    assert main(["plot", "schedule", "--config", str(config), "--warmup", "60", "-o", str(out)]) == 0
+    assert_picture(out, (1000, 700))
+    args = build_parser().parse_args(["plot", "schedule", "--config", str(config), "--warmup", "60", "-o", str(out)])
+    assert _schedule_settings(args) == {"d_model": 32, "warmup": 60, "factor": 2.0, "schedule": ["inverse_sqrt"],
+                                        "steps": 500}
