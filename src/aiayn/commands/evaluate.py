@@ -1,0 +1,68 @@
+"""`aiayn evaluate`: sacreBLEU BLEU and chrF, with their signatures, on detokenized text."""
+
+from __future__ import annotations
+
+HELP = "score translations with sacreBLEU BLEU and chrF (a hypothesis file, or a model run on a source file)"
+
+
+def add_arguments(p) -> None:
+    from aiayn.commands.translate import add_decode_arguments
+
+    p.add_argument("--ref", required=True, help="reference file, one sentence per line")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hyp", help="hypothesis file to score")
+    src.add_argument("--model", help="model directory: translate --src and score the result")
+    p.add_argument("--src", help="source file (with --model)")
+    p.add_argument("--save-hyp", help="also write the model's translations here (with --model)")
+    p.add_argument("--tokenize", help="sacreBLEU tokenizer for BLEU (default: sacreBLEU's, 13a; "
+                                       "e.g. intl, char, zh, ja-mecab)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_decode_arguments(p)
+
+
+def score(hyps: list[str], refs: list[str], tokenize: str | None = None) -> dict:
+    """Corpus BLEU and chrF of detokenized `hyps` against one reference each."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu = BLEU(tokenize=tokenize) if tokenize else BLEU()
+    chrf = CHRF()
+    b, c = bleu.corpus_score(hyps, [refs]), chrf.corpus_score(hyps, [refs])
+    return {
+        "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
+        "bleu_detail": str(b), "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
+        "n_sentences": len(hyps),
+    }
+
+
+def run(args) -> int:
+    import json
+
+    from aiayn.commands.translate import read_lines
+
+    refs = read_lines(args.ref)
+    hyps = read_lines(args.hyp) if args.hyp else _translate(args)
+    source = args.hyp or args.src
+    if len(hyps) != len(refs):
+        raise ValueError(f"{source} has {len(hyps)} lines but {args.ref} has {len(refs)}")
+    result = score(hyps, refs, args.tokenize)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{result['bleu_detail']}\n  signature: {result['bleu_signature']}")
+        print(f"chrF2 = {result['chrf']:.2f}\n  signature: {result['chrf_signature']}")
+    return 0
+
+
+def _translate(args) -> list[str]:
+    from aiayn.commands.translate import (format_results, load_translator, read_lines, translate_kwargs,
+                                          translate_with_progress, write_lines)
+
+    if not args.src:
+        raise ValueError("--model needs --src (the source file to translate)")
+    translator = load_translator(args)
+    hyps = [line.rstrip("\n") for line in format_results(
+        translate_with_progress(translator, read_lines(args.src), translate_kwargs(args)), 0, False)]
+    if args.save_hyp:
+        write_lines(args.save_hyp, [h + "\n" for h in hyps])
+    return hyps
+

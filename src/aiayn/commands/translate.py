@@ -1,0 +1,121 @@
+"""`aiayn translate`: stdin -> stdout (or --input/--output files), one line per sentence."""
+
+from __future__ import annotations
+
+import sys
+from itertools import islice
+
+from aiayn.config import DecodeConfig
+
+HELP = "translate text with a trained model directory (stdin to stdout, or --input/--output files)"
+
+_D = DecodeConfig()
+STDIN_CHUNK = 2000  # lines translated (and written) together when reading a pipe
+
+
+def add_decode_arguments(p) -> None:
+    """Search flags shared with `aiayn evaluate`; unset flags fall back to `DecodeConfig` (§6.1)."""
+    g = p.add_argument_group("decoding")
+    g.add_argument("--method", choices=["beam", "greedy", "sample"], default="beam",
+                   help="search method (default: beam; beam size 1 is greedy)")
+    g.add_argument("--beam-size", type=int, help=f"beam size (default: {_D.beam_size})")
+    g.add_argument("--length-penalty", type=float, help=f"α of the length penalty (default: {_D.length_penalty})")
+    g.add_argument("--length-penalty-form", choices=["gnmt", "plain"],
+                   help=f"gnmt: ((5+|Y|)/6)^α, plain: |Y|^α (default: {_D.length_penalty_form})")
+    g.add_argument("--max-len-a", type=float, help=f"max output = a·|src| + b tokens (default a: {_D.max_len_a})")
+    g.add_argument("--max-len-b", type=int, help=f"(default b: {_D.max_len_b})")
+    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    g.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (default: 0, all)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0, all)")
+    g.add_argument("--seed", type=int, help="sampling seed")
+    g.add_argument("--batch-tokens", type=int, help="padded source tokens per batch (default: 4096)")
+    g.add_argument("--max-input-tokens", type=int,
+                   help="longer sources are truncated with a warning (default: the model's max_positions)")
+    g.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+
+
+def load_translator(args):
+    from aiayn.translator import Translator
+
+    kwargs = {"max_input_tokens": args.max_input_tokens}
+    if args.batch_tokens is not None:
+        kwargs["batch_tokens"] = args.batch_tokens
+    return Translator.from_pretrained(args.model, device=args.device, **kwargs)
+
+
+def translate_kwargs(args) -> dict:
+    return dict(method=args.method, beam_size=args.beam_size, length_penalty=args.length_penalty,
+                length_penalty_form=args.length_penalty_form, max_len_a=args.max_len_a,
+                max_len_b=args.max_len_b, temperature=args.temperature, top_k=args.top_k,
+                top_p=args.top_p, seed=args.seed)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model", help="model directory (config.json, model.safetensors, tokenizer files)")
+    p.add_argument("-i", "--input", help="source file, one sentence per line (default: stdin)")
+    p.add_argument("-o", "--output", help="output file (default: stdout)")
+    p.add_argument("--nbest", type=int,
+                   help="write the n best as 'index ||| text ||| score' lines (default: 1-best text only)")
+    add_decode_arguments(p)
+
+
+def one_line(text: str) -> str:
+    """A translation never breaks output alignment: line breaks inside it become spaces."""
+    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
+
+
+def format_results(results, first_index: int, nbest: bool) -> list[str]:
+    if not nbest:
+        return [one_line(r) + "\n" for r in results]
+    return [f"{first_index + i} ||| {one_line(text)} ||| {score:.4f}\n"
+            for i, hyps in enumerate(results) for text, score in hyps]
+
+
+def read_lines(path: str) -> list[str]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def run(args) -> int:
+    import io
+
+    translator = load_translator(args)
+    kwargs = dict(translate_kwargs(args), nbest=args.nbest)
+    if args.input is not None:
+        lines = read_lines(args.input)
+        out = format_results(translate_with_progress(translator, lines, kwargs), 0, args.nbest is not None)
+        write_lines(args.output, out)
+        return 0
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    chunk = 1 if stdin.isatty() else STDIN_CHUNK
+    sink = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        done = 0
+        while lines := [line.rstrip("\r\n") for line in islice(stdin, chunk)]:
+            sink.writelines(format_results(translator.translate(lines, **kwargs), done, args.nbest is not None))
+            sink.flush()
+            done += len(lines)
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+    return 0
+
+
+def translate_with_progress(translator, lines: list[str], kwargs: dict):
+    from tqdm import tqdm
+
+    with tqdm(total=len(lines), unit="sent", file=sys.stderr, dynamic_ncols=True) as bar:
+        return translator.translate(lines, progress=bar.update, **kwargs)
+
+
+def write_lines(path: str | None, out: list[str]) -> None:
+    if path is None:
+        sys.stdout.writelines(out)
+        sys.stdout.flush()
+        return
+    from pathlib import Path
+
+    from aiayn.io import atomic_write
+
+    with atomic_write(Path(path)) as tmp:
+        tmp.write_text("".join(out), encoding="utf-8")

@@ -1,0 +1,111 @@
+"""`aiayn translate` and `aiayn evaluate` end to end, through `aiayn.cli.main`."""
+
+import io
+import json
+import logging
+import sys
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import TransformerConfig
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+from aiayn.model import Transformer
+from aiayn.translator import Translator
+
+LINES = ["a b c", "", "d e f g h i j", "zz ☃ a", "k", "   ", "b b b b"]
+FAST = ["--beam-size", "2", "--max-len-b", "4"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    tok = SymbolTokenizer([chr(ord("a") + i) for i in range(12)])
+    path = tmp_path_factory.mktemp("model")
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=tok.vocab_size)).save_pretrained(path)
+    save_tokenizers(TokenizerPair.shared(tok), path)
+    return path
+
+
+def with_stdin(monkeypatch, text: str):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+
+
+def expected(model_dir):
+    return Translator.from_pretrained(model_dir).translate(LINES, beam_size=2, max_len_b=4)
+
+
+def test_stdin_to_stdout_keeps_lines_aligned(model_dir, monkeypatch, capsys):
+    with_stdin(monkeypatch, "\n".join(LINES) + "\n")
+    assert main(["translate", str(model_dir), *FAST]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert out[:-1] == expected(model_dir) and out[-1] == ""
+    assert out[1] == "" and out[5] == ""  # blank in, blank out
+
+
+def test_files_with_progress_bar(model_dir, tmp_path, capsys):
+    src, hyp = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    assert main(["translate", str(model_dir), "--input", str(src), "--output", str(hyp), *FAST]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"{len(LINES)}/{len(LINES)}" in captured.err  # tqdm on stderr
+    assert hyp.read_text(encoding="utf-8").split("\n")[:-1] == expected(model_dir)
+
+
+def test_invalid_utf8_and_unknown_characters(model_dir, tmp_path, capsys):
+    src = tmp_path / "bad.txt"
+    src.write_bytes(b"a \xff b\n\xe2\x98\x83\n")
+    assert main(["translate", str(model_dir), "-i", str(src), *FAST]) == 0
+    assert len(capsys.readouterr().out.split("\n")) == 3
+
+
+def test_overlong_line_warns(model_dir, monkeypatch, capsys, caplog):
+    with_stdin(monkeypatch, "a b c d e f g h\n")
+    with caplog.at_level(logging.WARNING):
+        assert main(["translate", str(model_dir), "--max-input-tokens", "3", *FAST]) == 0
+    assert any("truncated" in r.getMessage() for r in caplog.records)
+    assert len(capsys.readouterr().out.split("\n")) == 2
+
+
+def test_nbest_lines(model_dir, monkeypatch, capsys):
+    with_stdin(monkeypatch, "a b\n\nc\n")
+    assert main(["translate", str(model_dir), "--nbest", "2", *FAST]) == 0
+    rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    assert [r[0] for r in rows] == ["0", "0", "1", "2", "2"]  # the blank line has one empty hypothesis
+    assert float(rows[0][2]) >= float(rows[1][2])
+
+
+@pytest.mark.parametrize("make", ["missing", "empty"])
+def test_bad_model_dir_is_a_clear_error(make, tmp_path, monkeypatch, capsys):
+    path = tmp_path / "nope" if make == "missing" else tmp_path
+    with_stdin(monkeypatch, "a\n")
+    assert main(["translate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "error" in err and str(path) in err and "Traceback" not in err
+
+
+def test_evaluate_hypothesis_file(tmp_path, capsys):
+    ref, hyp = tmp_path / "ref", tmp_path / "hyp"
+    ref.write_text("the cat sat on the mat\na dog barks\n")
+    hyp.write_text("the cat sat on the mat\na dog barked\n")
+    assert main(["evaluate", "--ref", str(ref), "--hyp", str(hyp), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0 < result["bleu"] < 100 and 0 < result["chrf"] < 100
+    assert "tok:13a" in result["bleu_signature"] and "nrefs:1" in result["chrf_signature"]
+    assert main(["evaluate", "--ref", str(ref), "--hyp", str(ref)]) == 0
+    assert "BLEU = 100.00" in capsys.readouterr().out
+
+
+def test_evaluate_model_and_line_count_mismatch(model_dir, tmp_path, capsys):
+    src, ref, saved = tmp_path / "src", tmp_path / "ref", tmp_path / "saved"
+    src.write_text("a b\nc d\n")
+    ref.write_text("a b\nc d\n")
+    assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref),
+                 "--save-hyp", str(saved), "--json", *FAST]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["n_sentences"] == 2 and len(saved.read_text().splitlines()) == 2
+    ref.write_text("a b\n")
+    assert main(["evaluate", "--ref", str(ref), "--hyp", str(src)]) == 2
+    assert "2 lines" in capsys.readouterr().err
