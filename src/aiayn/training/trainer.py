@@ -196,11 +196,12 @@ class Trainer:
         reason, last_valid = None, {}
         with self._signal_handlers(), self._progress() as bar:
             while reason is None:
-                batches = self.train_data(self.state.epoch)
+                epoch = self.state.epoch
+                batches = self.train_data(epoch)
                 n = int(all_reduce([len(batches)], self.dist, op="min")[0])  # ranks stay in step
                 if n == 0:
-                    raise ValueError(f"epoch {self.state.epoch} has no training batches")
-                while reason is None and self.state.batch_index < n:
+                    raise ValueError(f"epoch {epoch} has no training batches")
+                while reason is None and self.state.epoch == epoch:  # _after_update ends the epoch
                     i = self.state.batch_index
                     group = [batches[j] for j in range(i, min(i + self.run.update_freq, n))]
                     stats = self.update(group)

@@ -1,0 +1,153 @@
+import copy
+import math
+import random
+
+import pytest
+import torch
+
+from aiayn.config import OptimConfig
+from aiayn.model import Transformer
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.config import RunConfig
+from aiayn.training.loss import label_smoothed_loss
+from aiayn.training.metrics import read_metrics
+from aiayn.training.trainer import Trainer, TrainingDiverged
+
+from training_helpers import batches, make_batch, reverse_pairs, tiny_config
+
+OPTIM = OptimConfig(warmup_steps=10, lr_factor=2.0)
+
+
+def run_config(**kw) -> RunConfig:
+    kw.setdefault("max_updates", 4)
+    return RunConfig(**{"progress": False, "log_every": 1, **kw})
+
+
+def epoch_data(n_batches=5, per_batch=3):
+    data = batches(n_batches, per_batch, seed=0)
+
+    def for_epoch(epoch):  # a deterministic shuffle per epoch, like the token bucket sampler
+        order = list(range(len(data)))
+        random.Random(epoch).shuffle(order)
+        return [data[i] for i in order]
+    return for_epoch
+
+
+def test_accumulated_gradient_equals_one_big_batch(tmp_path):
+    pairs = reverse_pairs(9, seed=3)
+    micro = [make_batch(pairs[0:2]), make_batch(pairs[2:7]), make_batch(pairs[7:9])]
+    model = Transformer(tiny_config(dropout=0.0))
+    reference = copy.deepcopy(model)
+    trainer = Trainer(model, OPTIM, run_config(update_freq=3), tmp_path, lambda e: micro)
+    stats = trainer.accumulate(micro)
+
+    big = make_batch(pairs)
+    sums = label_smoothed_loss(reference(big.src, big.tgt_in), big.tgt_out, OPTIM.label_smoothing, 0)
+    (sums.loss / big.n_tgt_tokens).backward()
+    assert stats.tokens == big.n_tgt_tokens
+    assert stats.loss == pytest.approx(float(sums.loss.detach()), rel=1e-5)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_schedule_steps_once_per_update(tmp_path):
+    model = Transformer(tiny_config())
+    trainer = Trainer(model, OPTIM, run_config(update_freq=3, max_updates=2), tmp_path, epoch_data(6))
+    trainer.fit()
+    assert trainer.state.step == 2
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer._lr(2))
+    assert trainer.state.batch_index == 0 and trainer.state.epoch == 1  # 6 micro-batches = 2 updates = 1 epoch
+
+
+def _train(run_dir, max_updates, resume=None, **kw):
+    torch.manual_seed(0)
+    model = Transformer(tiny_config(dropout=0.1, attention_dropout=0.1))
+    trainer = Trainer(model, OPTIM, run_config(max_updates=max_updates, update_freq=2, **kw), run_dir, epoch_data())
+    if resume is not None:
+        trainer.resume(resume)
+    result = trainer.fit()
+    return model, trainer, result
+
+
+def test_resume_is_exact(tmp_path):
+    K = 4  # 5 micro-batches per epoch, 2 per update (last update: 1): K lands mid-epoch
+    straight, _, _ = _train(tmp_path / "a", 2 * K)
+    _, first, _ = _train(tmp_path / "b", K)
+    assert (first.state.epoch, first.state.batch_index) == (1, 2)  # 3 updates per epoch
+    resumed, second, _ = _train(tmp_path / "b", 2 * K, resume=ckpt.latest_checkpoint(tmp_path / "b" / "checkpoints"))
+    assert second.state.step == 2 * K
+    for (name, p), q in zip(straight.named_parameters(), resumed.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=name)
+    steps = [r["step"] for r in read_metrics(tmp_path / "b" / "metrics.jsonl") if r["split"] == "train"]
+    assert steps == list(range(1, 2 * K + 1))
+
+
+def test_checkpoints_keep_last_and_final_model_dir(tmp_path):
+    _, trainer, result = _train(tmp_path, 6, save_every_updates=1, keep_last=3, average_last=2)
+    names = [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")]
+    assert names == ["ckpt_00000004", "ckpt_00000005", "ckpt_00000006"]
+    assert result.stop_reason == "max_updates"
+    model = Transformer.from_pretrained(tmp_path / "model")
+    a = Transformer.from_pretrained(tmp_path / "checkpoints" / names[1])
+    b = Transformer.from_pretrained(tmp_path / "checkpoints" / names[2])
+    for p, pa, pb in zip(model.parameters(), a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, (pa + pb) / 2)
+
+
+def test_validation_rows_best_checkpoint_and_patience(tmp_path):
+    model = Transformer(tiny_config())
+    valid = batches(2, 4, seed=9)
+    trainer = Trainer(model, OPTIM, run_config(max_updates=100, validate_every=2, patience=1), tmp_path,
+                      epoch_data(), valid_data=valid, bleu_fn=lambda m: 12.5)
+    trainer.state.best_nll = -1.0  # nothing can beat it: the first validation exhausts patience
+    result = trainer.fit()
+    assert result.stop_reason == "patience" and trainer.state.step == 2
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "valid"]
+    assert rows[0]["bleu"] == 12.5 and rows[0]["ppl"] == pytest.approx(math.exp(rows[0]["nll"]))
+    expected = {"step", "epoch", "split", "loss", "nll", "ppl", "lr", "time", "bleu"}
+    assert set(rows[0]) == expected
+    train_row = next(r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "train")
+    assert set(train_row) == {"step", "epoch", "split", "loss", "nll", "ppl", "lr", "tokens_per_s", "time"}
+
+
+def test_validation_saves_best(tmp_path):
+    model = Transformer(tiny_config())
+    trainer = Trainer(model, OPTIM, run_config(max_updates=2, validate_every=1), tmp_path, epoch_data(),
+                      valid_data=batches(1, 4, seed=9))
+    trainer.fit()
+    assert (tmp_path / "checkpoints" / "best" / ckpt.STATE_FILE).is_file()
+    assert trainer.state.best_step in (1, 2)
+
+
+def test_non_finite_updates_are_skipped_then_stop(tmp_path, caplog):
+    model = Transformer(tiny_config())
+    data = batches(4, 2, seed=0)
+    bad = copy.copy(data[1])
+    trainer = Trainer(model, OPTIM, run_config(max_updates=50, max_bad_updates=3), tmp_path,
+                      lambda e: [data[0]] + [bad] * 10)
+    original = trainer.accumulate  # report a NaN loss for `bad`, as an overflowing forward would
+
+    def poisoned(group):
+        stats = original(group)
+        if group[0] is bad:
+            stats.loss = float("nan")
+        return stats
+    trainer.accumulate = poisoned
+    with pytest.raises(TrainingDiverged, match="3 non-finite updates in a row"):
+        trainer.fit()
+    assert trainer.state.step == 1  # only the good batch was applied
+    assert "non-finite loss" in caplog.text
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints").name == "ckpt_00000001"
+
+
+def test_fp16_on_cpu_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="fp16.*CUDA"):
+        Trainer(Transformer(tiny_config()), OPTIM, run_config(precision="fp16"), tmp_path, epoch_data())
+
+
+def test_bf16_autocast_trains(tmp_path):
+    model = Transformer(tiny_config())
+    trainer = Trainer(model, OPTIM, run_config(max_updates=3, precision="bf16"), tmp_path, epoch_data())
+    trainer.fit()
+    assert trainer.state.step == 3
+    assert all(p.dtype == torch.float32 for p in model.parameters())
