@@ -1,0 +1,83 @@
+import tomllib
+
+import pytest
+
+from aiayn.config import ConfigError, OptimConfig
+from aiayn.training.config import RunConfig, TrainConfig, load_config, save_config, to_toml
+
+GOOD = """
+[model]
+preset = "tiny"
+dropout = 0.2
+
+[optim]
+warmup_steps = 100
+
+[data]
+vocab_type = "symbols"
+
+[train]
+max_updates = 10
+precision = "bf16"
+"""
+
+
+def write(tmp_path, text, name="c.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_load_and_defaults_come_from_the_dataclasses(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD))
+    assert cfg.optim.warmup_steps == 100
+    assert cfg.optim.label_smoothing == OptimConfig().label_smoothing  # paper default, not restated
+    model = cfg.model.build(20, 20)
+    assert (model.d_model, model.dropout, model.src_vocab_size, model.share_embeddings) == (32, 0.2, 20, True)
+    assert cfg.train.precision == "bf16"
+
+
+def test_overrides(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["train.max_updates=3", "model.d_ff=48", "optim.betas=[0.9, 0.99]",
+                                              "train.run_dir=runs/x"])
+    assert cfg.train.max_updates == 3 and cfg.model.build(20, 20).d_ff == 48
+    assert cfg.optim.betas == (0.9, 0.99) and cfg.train.run_dir == "runs/x"
+
+
+def test_saved_config_reads_back_identical(tmp_path):
+    cfg = load_config(write(tmp_path, GOOD), ["train.max_minutes=1.5"])
+    path = save_config(cfg, tmp_path / "run")
+    assert load_config(path) == cfg
+    assert TrainConfig.from_dict(tomllib.loads(to_toml(cfg))) == cfg
+
+
+@pytest.mark.parametrize("text, overrides, message", [
+    (GOOD + "bogus = 1\n", [], r"c.toml: unknown key\(s\) train.bogus"),
+    (GOOD.replace("[data]", "[datta]"), [], r"unknown section\(s\) datta"),
+    (GOOD, ["model.heads=4"], r"unknown model key\(s\): heads"),
+    (GOOD, ["model.src_vocab_size=4"], "set from the tokenizer"),
+    (GOOD, ["model.preset=huge"], "unknown preset 'huge'"),
+    (GOOD, ["train.precision=fp8"], "train.precision must be one of fp32, bf16, fp16"),
+    (GOOD, ["train.max_updates=0"], "set at least one of train.max_updates"),
+    (GOOD, ["train.update_freq=0"], "train.update_freq must be >= 1"),
+    (GOOD, ["train.schedule=cosine"], "train.schedule must be one of noam"),
+    (GOOD, ["optim.label_smoothing=1.5"], r"label_smoothing must be in \[0, 1\)"),
+    (GOOD, ["data.vocab_type=wordpiece"], "data.vocab_type must be one of"),
+    (GOOD, ["train.max_updates=ten"], "bad value in \\[train\\]"),
+    (GOOD, ["train.keep_last=2", "train.average_last=5"], "average_last .5. cannot exceed"),
+    (GOOD, ["max_updates=3"], "--set expects section.key=value"),
+    ("[train\nmax_updates = 1", [], "c.toml: invalid TOML"),
+])
+def test_bad_configs_give_clear_errors(tmp_path, text, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path, text), overrides)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_run_config_needs_a_budget():
+    with pytest.raises(ConfigError, match="at least one of"):
+        RunConfig()
