@@ -1,0 +1,292 @@
+"""Decoding speed in target tokens/s: aiayn vs a textbook decoder, Hugging Face and CTranslate2.
+
+All decoders run the same model: the `small` preset (d_model 256, 4 heads, 3+3 layers,
+d_ff 1024) with an 8000-token joint vocabulary and untrained, seeded weights. Hugging
+Face gets a `MarianMTModel` with our weights copied in (same architecture: post-norm,
+scaled tied embeddings, ReLU FFN, sinusoidal positions), CTranslate2 a model converted
+from our weights with its spec API (fp32 and int8). Greedy outputs of the three are
+compared as a check of the conversions. Sources are 30 tokens (29 random + EOS); every
+decoder is forced to produce exactly 40 target tokens (EOS forbidden before 40, at most
+40), so tokens/s = batch · 40 / seconds, the whole translation (encoder included) timed.
+
+"textbook" re-runs the full decoder over the prefix at every step (no key/value cache),
+as the Annotated Transformer's greedy_decode does, with a plain beam search on top.
+
+Timings are the median of --runs runs after one warm-up, with torch.set_num_threads(2)
+and CTranslate2 intra_threads 2. On a shared machine they are noisy.
+
+    .venv/bin/python benchmarks/decode_speed.py [--json] [--runs 3] [--batch 1 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from aiayn.config import DecodeConfig, TransformerConfig
+from aiayn.decoding import beam_search, greedy_search
+from aiayn.model import Transformer
+
+VOCAB, SRC_LEN, OUT_LEN, BEAM = 8000, 30, 40, 4
+STRATEGIES = {"greedy": 1, "beam4": BEAM}
+PEERS = ["ours", "textbook", "hf", "ct2_fp32", "ct2_int8"]
+
+
+def build_model(seed: int = 0) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(TransformerConfig.preset("small", src_vocab_size=VOCAB)).eval()
+
+
+def sources(batch: int, seed: int = 1) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (batch, SRC_LEN), generator=g)
+    src[:, -1] = 2  # EOS
+    return src
+
+
+# -- ours ---------------------------------------------------------------------------------
+def ours(model, src, beam: int) -> list[list[int]]:
+    if beam == 1:
+        return greedy_search(model, src, 0.0, OUT_LEN, min_len=OUT_LEN)
+    cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=OUT_LEN)
+    return [h[0].tokens for h in beam_search(model, src, cfg, min_len=OUT_LEN)]
+
+
+# -- textbook: recompute the whole prefix at every step -------------------------------------
+@torch.inference_mode()
+def textbook(model, src, beam: int) -> list[list[int]]:
+    cfg = model.config
+    enc = model.encode(src)
+    B = src.shape[0]
+    rows = torch.arange(B).repeat_interleave(beam)  # (B·K,)
+    enc.memory, enc.src_mask = enc.memory[rows], enc.src_mask[rows]
+    prefix = torch.full((B * beam, 1), cfg.bos_id)  # (B·K, 1 + t)
+    scores = torch.full((B, beam), float("-inf"))
+    scores[:, 0] = 0.0
+    for _ in range(OUT_LEN):
+        cache = model.init_cache(enc, capacity=prefix.shape[1])  # nothing reused between steps
+        logits = model.decode(prefix, cache).logits[:, -1].float()  # (B·K, V)
+        logits[:, [cfg.pad_id, cfg.bos_id, cfg.eos_id]] = float("-inf")
+        logp = logits.log_softmax(-1).view(B, beam, -1)
+        cand = scores[:, :, None] + logp  # (B, K, V)
+        scores, flat = cand.view(B, -1).topk(beam, dim=1)  # (B, K)
+        origin = (torch.arange(B)[:, None] * beam + flat // logp.shape[-1]).view(-1)
+        prefix = torch.cat([prefix[origin], (flat % logp.shape[-1]).view(-1, 1)], dim=1)
+    return prefix.view(B, beam, -1)[:, 0, 1:].tolist()
+
+
+# -- Hugging Face Marian with our weights -------------------------------------------------------
+def marian_from_ours(model: Transformer):
+    from transformers import MarianConfig, MarianMTModel
+
+    c = model.config
+    hf_cfg = MarianConfig(
+        vocab_size=c.src_vocab_size, decoder_vocab_size=c.tgt_vocab_size, d_model=c.d_model,
+        encoder_layers=c.n_encoder_layers, decoder_layers=c.n_decoder_layers,
+        encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
+        encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function="relu",
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=512,
+        scale_embedding=True, pad_token_id=c.pad_id, eos_token_id=c.eos_id, bos_token_id=c.bos_id,
+        decoder_start_token_id=c.bos_id, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+    )
+    hf = MarianMTModel(hf_cfg).eval()
+    with torch.no_grad():
+        hf.model.shared.weight.copy_(model.encoder.embed.weight)
+        table = model.encoder.positions(512)  # (512, D), our interleaved sinusoids
+        for stack, ours_stack in ((hf.model.encoder, model.encoder), (hf.model.decoder, model.decoder)):
+            stack.embed_tokens.weight.copy_(model.encoder.embed.weight)
+            stack.embed_positions.weight.copy_(table)
+            for theirs, mine in zip(stack.layers, ours_stack.layers):
+                _copy_layer(theirs, mine)
+        hf.final_logits_bias.zero_()
+        hf.lm_head.weight.copy_(model.decoder.embed.weight)
+    return hf
+
+
+def _copy_attention(theirs, mine) -> None:
+    for proj, w, b in zip((theirs.q_proj, theirs.k_proj, theirs.v_proj),
+                          mine.in_proj.weight.chunk(3), mine.in_proj.bias.chunk(3)):
+        proj.weight.copy_(w)
+        proj.bias.copy_(b)
+    theirs.out_proj.load_state_dict(mine.out_proj.state_dict())
+
+
+def _copy_layer(theirs, mine) -> None:
+    _copy_attention(theirs.self_attn, mine.self_attn)
+    theirs.self_attn_layer_norm.load_state_dict(mine.sa_conn.norm.state_dict())
+    if hasattr(theirs, "encoder_attn"):
+        _copy_attention(theirs.encoder_attn, mine.cross_attn)
+        theirs.encoder_attn_layer_norm.load_state_dict(mine.ca_conn.norm.state_dict())
+    theirs.fc1.load_state_dict(mine.ff.linear1.state_dict())
+    theirs.fc2.load_state_dict(mine.ff.linear2.state_dict())
+    theirs.final_layer_norm.load_state_dict(mine.ff_conn.norm.state_dict())
+
+
+def hf_generate(hf, src, beam: int) -> list[list[int]]:
+    with torch.inference_mode():
+        out = hf.generate(input_ids=src, attention_mask=src != 0, num_beams=beam, do_sample=False,
+                          max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN, early_stopping=False,
+                          length_penalty=0.0 if beam > 1 else 1.0, suppress_tokens=[0, 1])  # PAD, BOS: as ours
+    return [row[1:] for row in out.tolist()]  # drop the decoder start token
+
+
+# -- CTranslate2, converted from our weights with the spec API ----------------------------------
+def ct2_convert(model: Transformer, out_dir: Path, quantization: str | None) -> Path:
+    """Write a CTranslate2 model of `model` (post-norm Transformer, OpenNMT-py layout)."""
+    import numpy as np
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    c = model.config
+    assert not c.norm_first, "this converter handles the paper's post-norm layout"
+    spec = transformer_spec.TransformerSpec.from_config(
+        (c.n_encoder_layers, c.n_decoder_layers), c.n_heads, pre_norm=False,
+        activation=common_spec.Activation.RELU)
+    spec.config.layer_norm_epsilon = c.layer_norm_eps
+    arr = lambda t: t.detach().float().numpy().copy()  # noqa: E731
+    table = arr(model.encoder.positions(512))
+    for side, stack in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
+        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+        embeddings.weight = arr(stack.embed.weight)
+        side.scale_embeddings = True
+        side.position_encodings.encodings = table
+        for layer_spec, layer in zip(side.layer, stack.layers):
+            _ct2_attention(layer_spec.self_attention, layer.self_attn, arr, fused=True)
+            _ct2_norm(layer_spec.self_attention.layer_norm, layer.sa_conn.norm, arr)
+            if hasattr(layer, "cross_attn"):
+                _ct2_attention(layer_spec.attention, layer.cross_attn, arr, fused=False)
+                _ct2_norm(layer_spec.attention.layer_norm, layer.ca_conn.norm, arr)
+            _ct2_linear(layer_spec.ffn.linear_0, layer.ff.linear1, arr)
+            _ct2_linear(layer_spec.ffn.linear_1, layer.ff.linear2, arr)
+            _ct2_norm(layer_spec.ffn.layer_norm, layer.ff_conn.norm, arr)
+    spec.decoder.projection.weight = arr(model.decoder.embed.weight)
+    spec.decoder.projection.bias = np.zeros(c.tgt_vocab_size, dtype=np.float32)
+    vocab = ["<blank>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c.src_vocab_size)]
+    spec.register_source_vocabulary(vocab)
+    spec.register_target_vocabulary(vocab[: c.tgt_vocab_size])
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+    return out_dir
+
+
+def _ct2_linear(spec, linear, arr) -> None:
+    spec.weight = arr(linear.weight)
+    spec.bias = arr(linear.bias)
+
+
+def _ct2_norm(spec, norm, arr) -> None:
+    spec.gamma, spec.beta = arr(norm.weight), arr(norm.bias)
+
+
+def _ct2_attention(spec, mha, arr, fused: bool) -> None:
+    D = mha.d_model
+    if fused:  # self-attention: one (3D, D) projection, our layout already
+        spec.linear[0].weight, spec.linear[0].bias = arr(mha.in_proj.weight), arr(mha.in_proj.bias)
+    else:  # encoder-decoder attention: query, then fused keys+values
+        spec.linear[0].weight, spec.linear[0].bias = arr(mha.in_proj.weight[:D]), arr(mha.in_proj.bias[:D])
+        spec.linear[1].weight, spec.linear[1].bias = arr(mha.in_proj.weight[D:]), arr(mha.in_proj.bias[D:])
+    _ct2_linear(spec.linear[-1], mha.out_proj, arr)
+
+
+def ct2_translate(translator, src, beam: int) -> list[list[int]]:
+    tokens = [[_piece(i) for i in row] for row in src.tolist()]
+    results = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=OUT_LEN,
+                                         min_decoding_length=OUT_LEN, length_penalty=0.0,
+                                         suppress_sequences=[["<blank>"], ["<s>"]],  # PAD, BOS: as ours
+                                         max_batch_size=0, return_scores=False)
+    return [[_id(p) for p in r.hypotheses[0]] for r in results]
+
+
+def _piece(i: int) -> str:
+    return {0: "<blank>", 1: "<s>", 2: "</s>", 3: "<unk>"}.get(i, f"t{i}")
+
+
+def _id(piece: str) -> int:
+    return {"<blank>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}.get(piece) or int(piece[1:])
+
+
+# -- timing ------------------------------------------------------------------------------------
+def tokens_per_second(fn, runs: int) -> tuple[float, list[list[int]]]:
+    out = fn()  # warm-up (and the output, for the agreement check)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    n_tokens = sum(len(row) for row in out)
+    return n_tokens / statistics.median(times), out
+
+
+def make_peers(model: Transformer, tmp: Path, threads: int) -> dict:
+    peers = {"ours": lambda src, beam: ours(model, src, beam),
+             "textbook": lambda src, beam: textbook(model, src, beam)}
+    try:
+        hf = marian_from_ours(model)
+        peers["hf"] = lambda src, beam: hf_generate(hf, src, beam)
+    except Exception as e:  # not installed, or an API change: report n/a
+        print(f"hf: n/a ({type(e).__name__}: {e})", file=sys.stderr)
+    for name, quant in (("ct2_fp32", None), ("ct2_int8", "int8")):
+        try:
+            import ctranslate2
+
+            path = ct2_convert(model, tmp / name, quant)
+            tr = ctranslate2.Translator(str(path), device="cpu", compute_type="float32" if quant is None else "int8",
+                                        intra_threads=threads, inter_threads=1)
+            peers[name] = lambda src, beam, tr=tr: ct2_translate(tr, src, beam)
+        except Exception as e:
+            print(f"{name}: n/a ({type(e).__name__}: {e})", file=sys.stderr)
+    return peers
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    p.add_argument("--runs", type=int, default=3, help="timed runs per cell; the median is reported")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--skip", nargs="*", default=[], choices=PEERS, help="peers to leave out")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = build_model()
+    rows, checks = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads).items() if k not in args.skip}
+        for strategy, beam in STRATEGIES.items():
+            for batch in args.batch:
+                src = sources(batch)
+                row, outs = {"strategy": strategy, "batch": batch}, {}
+                for name in PEERS:
+                    if name in peers:
+                        row[name], outs[name] = tokens_per_second(lambda: peers[name](src, beam), args.runs)
+                    else:
+                        row[name] = None
+                rows.append(row)
+                checks.append((strategy, batch, {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}))
+                print_row(row)
+    print("same 1-best tokens as ours: " + "; ".join(
+        f"{s} b{b}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in c.items()) for s, b, c in checks))
+    if args.json:
+        print(json.dumps({"rows": [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}
+                                   for r in rows]}))
+    return 0
+
+
+def print_row(row: dict) -> None:
+    if not hasattr(print_row, "header"):
+        print_row.header = True
+        print(f"{'strategy':<9}{'batch':>6}" + "".join(f"{n:>11}" for n in PEERS) + "   (target tokens/s)")
+    cells = "".join(f"{'n/a':>11}" if row[n] is None else f"{row[n]:>11,.0f}" for n in PEERS)
+    print(f"{row['strategy']:<9}{row['batch']:>6}{cells}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
