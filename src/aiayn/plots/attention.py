@@ -152,13 +152,14 @@ def attention_for_sentence(
 
 
 # -- drawing ---------------------------------------------------------------------------------
-def _heatmap(ax, weights: np.ndarray, rows: list[str], cols: list[str], title: str, show_labels: bool = True):
+def _heatmap(ax, weights: np.ndarray, rows: list[str], cols: list[str], title: str,
+             show_x: bool = True, show_y: bool = True):
     image = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
     ax.set_title(title, fontsize=9)
     n = max(len(rows), len(cols))
     fontsize = 8 if n <= 20 else 6 if n <= 40 else 4
-    for axis_ticks, labels, rotate in ((ax.set_xticks, cols, 90), (ax.set_yticks, rows, 0)):
-        if show_labels:
+    for axis_ticks, labels, rotate, show in ((ax.set_xticks, cols, 90, show_x), (ax.set_yticks, rows, 0, show_y)):
+        if show:
             axis_ticks(range(len(labels)), labels, fontsize=fontsize, rotation=rotate)
         else:
             axis_ticks([])
@@ -188,11 +189,12 @@ def plot_attention(
     heads = list(range(n_heads)) if head is None else [head]
     if not all(0 <= h < n_heads for h in heads):
         raise ValueError(f"head {head} out of range: the model has heads 0..{n_heads - 1}")
-    if len(parts) == 1 and len(heads) > 1:
-        ncols = min(len(heads), 4)
-        grid = [(parts[0], h, divmod(i, ncols)) for i, h in enumerate(heads)]
-        nrows = math.ceil(len(heads) / ncols)
-    else:
+    if len(parts) == 1 or len(heads) == 1:  # one row of parts, or a grid of one part's heads
+        cells = [(p, h) for p in parts for h in heads]
+        ncols = min(len(cells), 4) if len(parts) == 1 else len(parts)
+        grid = [(p, h, divmod(i, ncols)) for i, (p, h) in enumerate(cells)]
+        nrows = math.ceil(len(cells) / ncols)
+    else:  # a row of heads per part
         ncols, nrows = len(heads), len(parts)
         grid = [(p, h, (r, c)) for r, p in enumerate(parts) for c, h in enumerate(heads)]
     fig = new_figure(size)
@@ -202,8 +204,9 @@ def plot_attention(
     for p, h, (r, c) in grid:
         rows, cols = maps.labels(p)
         w = weights[p][layers[p], h]
+        few, rows_are_parts = len(grid) <= 4, len(parts) > 1 and len(heads) > 1
         image = _heatmap(axes[r][c], w, rows, cols, f"{TITLES[p]}\nlayer {layers[p]}, head {h}",
-                         show_labels=len(grid) <= 8 or (c == 0 or r == nrows - 1))
+                         show_x=few or rows_are_parts or r == nrows - 1, show_y=few or c == 0)
         arrays[f"{p}/layer{layers[p]}/head{h}"] = w
     for ax in axes.flat[len(grid):]:
         ax.set_visible(False)

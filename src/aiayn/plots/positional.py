@@ -32,7 +32,7 @@ def plot_positional(
     positions = np.arange(length)
     fig = new_figure(size)
     heat, curves = fig.subplots(2, 1, height_ratios=(3, 2))
-    image = heat.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower")
+    image = heat.imshow(table.T, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, origin="lower", interpolation="nearest")
     heat.set(title=f"sinusoidal positional encoding (§3.5), d_model={d_model}",
              xlabel="position", ylabel="dimension")
     fig.colorbar(image, ax=heat, label="PE(pos, i)")

@@ -74,7 +74,7 @@ def plot_schedule(
         for i, (dm, wu) in enumerate(settings):
             label = f"{name} d_model={dm} warmup={wu}"
             arrays[label] = lr = lr_curve(registry[name], steps, dm, wu, factor)
-            ax.plot(steps, lr, label=label, linewidth=2 if i == 0 else 1, alpha=1 if i == 0 else 0.6)
+            ax.plot(steps, lr, label=label, linewidth=2 if i == 0 else 1, alpha=1 if i == 0 else 0.6, zorder=3 - min(i, 1))
         ax.axvline(warmup, color="gray", linestyle=":", linewidth=1)
         ax.set(title=TITLES.get(name, name),
                xlabel="training step (optimizer update)", ylabel=f"learning rate (factor={factor:g})")
