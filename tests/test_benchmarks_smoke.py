@@ -1,0 +1,47 @@
+"""Smoke tests of the benchmark scripts: they run on a tiny config and their --json line parses.
+
+No timing assertions: the numbers depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _last_json_line(script: str, *args: str) -> dict:
+    result = subprocess.run([sys.executable, str(BENCHMARKS / script), *args],
+                            capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_train_throughput_json_keys():
+    out = _last_json_line("train_throughput.py", "--configs", "tiny", "--precisions", "fp32,bf16",
+                          "--steps", "2", "--warmup-steps", "1", "--max-tokens", "300",
+                          "--peak-size", "256", "--threads", "1", "--json")
+    assert out["peak_gflops"] > 0
+    assert [(r["config"], r["precision"]) for r in out["rows"]] == [("tiny", "fp32"), ("tiny", "bf16")]
+    for row in out["rows"]:
+        assert {"config", "precision", "ours_tok_s", "torch_tok_s", "ratio", "mfu"} <= row.keys()
+        assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("ours_tok_s", "torch_tok_s", "ratio", "mfu"))
+        assert math.isclose(row["ratio"], row["ours_tok_s"] / row["torch_tok_s"])
+    assert out["rows"][0]["torch_tok_s"] == out["rows"][1]["torch_tok_s"]  # always nn.Transformer fp32
+
+
+def test_train_flops_counts_one_linear_by_hand():
+    """One encoder and one decoder layer, D=2, F=4, V=8, B=1, S=T=1, counted by hand."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from train_throughput import train_flops
+
+    from aiayn.config import TransformerConfig
+
+    cfg = TransformerConfig(src_vocab_size=8, d_model=2, n_heads=1, d_ff=4, n_encoder_layers=1, n_decoder_layers=1)
+    enc = 2 * (4 * 4 + 2 * 8) + 4 * 2  # QKVO + FFN, then QKᵀ and AV
+    dec = 2 * (6 * 4 + 2 * 8) + 2 * 2 * 4 + 4 * 2 + 4 * 2  # + memory K/V, self and cross QKᵀ/AV
+    out = 2 * 2 * 8
+    assert train_flops(cfg, 1, 1, 1) == 3 * (enc + dec + out)
