@@ -20,7 +20,7 @@ enter its n-best list and it is dropped from the batch.
 
 State (B' = sentences still searching, K = beam size, t = tokens so far):
     cache:   KVCache, N = B'·K rows; row b·K + k is beam k of active sentence b
-    last:    (N, 1) long     token each row feeds to the next step (BOS at first)
+    last:    (N,) long       token each row feeds to the next step (BOS at first)
     scores:  (B', K) float   cumulative log-probability of each live beam (-inf: unused)
     history: (B', K, t) long tokens of each live beam, BOS excluded
     limits:  (B',) long      max tokens, EOS included (`common.max_output_length`)
@@ -36,7 +36,8 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+from aiayn.decoding.common import clamp_to_positions, max_output_length, token_bans
+from aiayn.decoding.incremental import decode_step, incremental_decoder
 from aiayn.decoding.length_penalty import length_penalty
 
 
@@ -71,9 +72,12 @@ def beam_search(model, src: Tensor, config: DecodeConfig | None = None, min_len:
     cache = model.init_cache(enc, capacity=int(limits.max()))
     cache = cache.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
     state = _initial_state(B, K, limits, model.config.bos_id, [[] for _ in range(B)])
+    fast, bans = incremental_decoder(model), None
     for t in range(int(limits.max())):
-        logits = model.decode(state.last, cache).logits[:, -1]  # (N, V)
-        logp = forbid_tokens(torch.log_softmax(logits.float(), dim=-1), model.config, t, min_len)
+        logits = decode_step(model, fast, state.last, cache)  # (N, V)
+        if bans is None:
+            bans = token_bans(model.config, logits.shape[-1], logits.device)
+        logp = torch.log_softmax(logits.float(), dim=-1) + bans[int(t < min_len)]  # (N, V)
         state, rows = _advance(state, logp, t, cfg, model.config.eos_id)
         if state.ids.numel() == 0:
             break
@@ -86,7 +90,7 @@ def _initial_state(B: int, K: int, limits: Tensor, bos_id: int, finished) -> _St
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live beam at first, so the K beams do not start as copies
     return _State(
-        last=torch.full((B * K, 1), bos_id, dtype=torch.long, device=device),
+        last=torch.full((B * K,), bos_id, dtype=torch.long, device=device),
         scores=scores,
         history=torch.empty(B, K, 0, dtype=torch.long, device=device),
         limits=limits,
@@ -114,7 +118,7 @@ def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig, eos_id: int
 
     keep = ~(last_step | _cannot_improve(state, scores, cfg))  # (B',)
     rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)[keep].reshape(-1)  # (B'' K,)
-    new = _State(tok[keep].reshape(-1, 1), scores[keep], history[keep], state.limits[keep],
+    new = _State(tok[keep].reshape(-1), scores[keep], history[keep], state.limits[keep],
                  state.ids[keep], state.finished)
     return new, rows
 

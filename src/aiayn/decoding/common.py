@@ -63,11 +63,23 @@ def clamp_to_positions(limits: Tensor, config) -> Tensor:
     return limits
 
 
+def token_bans(config, vocab_size: int, device: torch.device | str = "cpu") -> Tensor:
+    """Additive score masks (2, V): row 0 bans PAD and BOS (never outputs), row 1 also EOS.
+
+    `scores + bans[int(step < min_len)]` forbids EOS before `min_len` tokens exist, with one
+    op per step and no host sync.
+    """
+    bans = torch.zeros(2, vocab_size, device=device)
+    bans[:, [config.pad_id, config.bos_id]] = float("-inf")
+    bans[1, config.eos_id] = float("-inf")
+    return bans
+
+
 def forbid_tokens(scores: Tensor, config, step: int, min_len: int) -> Tensor:
     """Set scores (N, V) of tokens that may never be produced to -inf, in place.
 
     PAD and BOS are never outputs; EOS is forbidden before `min_len` tokens exist
-    (`step` tokens have been produced so far).
+    (`step` tokens have been produced so far). Same rule as `token_bans`.
     """
     scores[:, config.pad_id] = float("-inf")
     scores[:, config.bos_id] = float("-inf")

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+from aiayn.decoding.common import clamp_to_positions, max_output_length, token_bans
+from aiayn.decoding.incremental import decode_step, incremental_decoder
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
 
@@ -34,8 +35,8 @@ def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None
     """Decode each row of src (B, S) one token per step, choosing with `pick`.
 
     Returns token ids without BOS/EOS. State:
-        tokens: (B, 1) long   the last token of every row (BOS at first)
-        out:    (B, L) long   produced tokens, L = the longest limit; PAD after the end
+        tokens: (B,) long     the last token of every row (BOS at first)
+        out:    (B, L) long   produced tokens, L = the longest limit; cut at EOS/limit at the end
         alive:  (B,) bool     rows that have neither produced EOS nor reached their limit
     """
     cfg = model.config
@@ -43,18 +44,21 @@ def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None
     limits = _limits(model, enc, max_len_a, max_len_b)  # (B,)
     steps = int(limits.max())
     cache = model.init_cache(enc, capacity=steps)
+    fast = incremental_decoder(model)
     B = src.shape[0]
-    tokens = torch.full((B, 1), cfg.bos_id, dtype=torch.long, device=src.device)
+    tokens = torch.full((B,), cfg.bos_id, dtype=torch.long, device=src.device)
     out = torch.full((B, steps), cfg.pad_id, dtype=torch.long, device=src.device)
     alive = torch.ones(B, dtype=torch.bool, device=src.device)
+    bans = None
     for t in range(steps):
-        scores = model.decode(tokens, cache).logits[:, -1]  # (B, V)
-        chosen = pick(forbid_tokens(scores, cfg, t, min_len))  # (B,)
+        scores = decode_step(model, fast, tokens, cache)  # (B, V)
+        if bans is None:
+            bans = token_bans(cfg, scores.shape[-1], scores.device)
+        tokens = pick(scores + bans[int(t < min_len)])  # (B,)
         alive &= limits > t
-        out[:, t] = chosen.masked_fill(~alive, cfg.pad_id)
-        alive &= chosen != cfg.eos_id
-        tokens = chosen[:, None]
-        if t % 4 == 3 and not bool(alive.any()):  # a host sync every few steps only
+        out[:, t] = tokens
+        alive &= tokens != cfg.eos_id
+        if t % 8 == 7 and not bool(alive.any()):  # a host sync every few steps only
             break
     return _strip(out, limits, cfg.eos_id)
 
