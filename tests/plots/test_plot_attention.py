@@ -80,6 +80,8 @@ def test_plot_attention_rejects_bad_layer_and_head(model):
     maps = att.decode_with_attention(model, SRC, max_len_b=2)
     with pytest.raises(ValueError, match="layer 5"):
         att.plot_attention(maps, layer=5)
+    _, arrays = att.plot_attention(maps, "encoder", layer=-2)
+    assert "encoder/layer0/head1" in arrays
     with pytest.raises(ValueError, match="head 2"):
         att.plot_attention(maps, head=2)
 

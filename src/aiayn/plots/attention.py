@@ -75,41 +75,46 @@ def decode_with_attention(
     as `aiayn.decoding.greedy.greedy_search`, which it matches token for token. Labels are
     left as ids rendered with str(); `attention_for_sentence` fills in subword pieces.
     """
-    from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
-
     defaults = DecodeConfig()
     a = defaults.max_len_a if max_len_a is None else max_len_a
     b = defaults.max_len_b if max_len_b is None else max_len_b
-    cfg, device = model.config, next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
-        src = torch.tensor([list(src_ids)], dtype=torch.long, device=device)  # (1, S)
-        enc = model.encode(src, need_weights=True)
-        limit = int(clamp_to_positions(max_output_length(enc.src_mask.sum(1), a, b), cfg)[0])
-        cache = model.init_cache(enc, capacity=limit + 1)
-        token = torch.tensor([[cfg.bos_id]], device=device)  # (1, 1)
-        out_ids, self_steps, cross_steps = [], [], []
-        for t in range(limit):
-            out = model.decode(token, cache, need_weights=True)
-            self_steps.append(out.self_attentions)  # per layer (1, H, 1, t+1)
-            cross_steps.append(out.cross_attentions)  # per layer (1, H, 1, S)
-            token = forbid_tokens(out.logits[:, -1], cfg, t, 0).argmax(-1, keepdim=True)  # (1, 1)
-            out_ids.append(int(token))
-            if out_ids[-1] == cfg.eos_id:
-                break
+        encoder, out_ids, self_steps, cross_steps = _greedy_steps(model, list(src_ids), a, b)
     finally:
         model.train(was_training)
     T = len(out_ids)
-    decoder = np.zeros((len(self_steps[0]), cfg.n_heads, T, T), dtype=np.float32)  # future keys stay 0
+    decoder = np.zeros((len(self_steps[0]), model.config.n_heads, T, T), dtype=np.float32)  # future keys stay 0
     for t, layers in enumerate(self_steps):
         decoder[:, :, t, : t + 1] = _stack(layers)[:, :, 0]
     cross = np.stack([_stack(layers)[:, :, 0] for layers in cross_steps], axis=2)  # (L, H, T, S)
-    in_ids = [cfg.bos_id, *out_ids[:-1]]
+    in_ids = [model.config.bos_id, *out_ids[:-1]]
     return AttentionMaps(
-        list(src_ids), out_ids, _stack(enc.attentions), decoder, cross,
+        list(src_ids), out_ids, encoder, decoder, cross,
         [str(i) for i in src_ids], [str(i) for i in in_ids], [str(i) for i in out_ids],
     )
+
+
+def _greedy_steps(model, src_ids: list[int], a: float, b: int):
+    """-> (encoder weights (L, H, S, S), output ids, per step: self and cross weights per layer)."""
+    from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+
+    cfg, device = model.config, next(model.parameters()).device
+    enc = model.encode(torch.tensor([src_ids], dtype=torch.long, device=device), need_weights=True)  # (1, S)
+    limit = int(clamp_to_positions(max_output_length(enc.src_mask.sum(1), a, b), cfg)[0])
+    cache = model.init_cache(enc, capacity=limit + 1)
+    token = torch.tensor([[cfg.bos_id]], device=device)  # (1, 1)
+    out_ids, self_steps, cross_steps = [], [], []
+    for t in range(limit):
+        out = model.decode(token, cache, need_weights=True)
+        self_steps.append(out.self_attentions)  # per layer (1, H, 1, t+1)
+        cross_steps.append(out.cross_attentions)  # per layer (1, H, 1, S)
+        token = forbid_tokens(out.logits[:, -1], cfg, t, 0).argmax(-1, keepdim=True)  # (1, 1)
+        out_ids.append(int(token))
+        if out_ids[-1] == cfg.eos_id:
+            break
+    return _stack(enc.attentions), out_ids, self_steps, cross_steps
 
 
 @torch.inference_mode()
@@ -168,6 +173,8 @@ def _heatmap(ax, weights: np.ndarray, rows: list[str], cols: list[str], title: s
 
 def _pick_layer(n_layers: int, layer: int | None) -> int:
     layer = n_layers - 1 if layer is None else layer
+    if -n_layers <= layer < 0:  # Python-style index from the end
+        layer += n_layers
     if not 0 <= layer < n_layers:
         raise ValueError(f"layer {layer} out of range: the model has layers 0..{n_layers - 1}")
     return layer
