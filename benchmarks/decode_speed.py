@@ -13,7 +13,8 @@ decoder is forced to produce exactly 40 target tokens (EOS forbidden before 40, 
 as the Annotated Transformer's greedy_decode does, with a plain beam search on top.
 
 Timings are the median of --runs runs after one warm-up, with torch.set_num_threads(2)
-and CTranslate2 intra_threads 2. On a shared machine they are noisy.
+and CTranslate2 intra_threads 2 (--threads). Runs of the peers are interleaved, so load
+changes on a shared machine hit all alike; absolute numbers are still noisy there.
 
     .venv/bin/python benchmarks/decode_speed.py [--json] [--runs 3] [--batch 1 32]
 """
@@ -39,14 +40,14 @@ STRATEGIES = {"greedy": 1, "beam4": BEAM}
 PEERS = ["ours", "textbook", "hf", "ct2_fp32", "ct2_int8"]
 
 
-def build_model(seed: int = 0) -> Transformer:
+def build_model(preset: str = "small", vocab: int = VOCAB, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer(TransformerConfig.preset("small", src_vocab_size=VOCAB)).eval()
+    return Transformer(TransformerConfig.preset(preset, src_vocab_size=vocab)).eval()
 
 
-def sources(batch: int, seed: int = 1) -> torch.Tensor:
+def sources(batch: int, vocab: int = VOCAB, seed: int = 1) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    src = torch.randint(4, VOCAB, (batch, SRC_LEN), generator=g)
+    src = torch.randint(4, vocab, (batch, SRC_LEN), generator=g)
     src[:, -1] = 2  # EOS
     return src
 
@@ -215,15 +216,19 @@ def _id(piece: str) -> int:
 
 
 # -- timing ------------------------------------------------------------------------------------
-def tokens_per_second(fn, runs: int) -> tuple[float, list[list[int]]]:
-    out = fn()  # warm-up (and the output, for the agreement check)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    n_tokens = sum(len(row) for row in out)
-    return n_tokens / statistics.median(times), out
+def interleaved_tokens_per_second(fns: dict, runs: int) -> tuple[dict, dict]:
+    """Median tokens/s of each fn. Runs are interleaved (peer order rotating every round) so
+    that load changes on a shared machine hit every peer alike. Returns (speeds, outputs)."""
+    outs = {name: fn() for name, fn in fns.items()}  # warm-up, and the outputs to compare
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(runs):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    speeds = {name: sum(len(row) for row in outs[name]) / statistics.median(times[name]) for name in fns}
+    return speeds, outs
 
 
 def make_peers(model: Transformer, tmp: Path, threads: int) -> dict:
@@ -253,22 +258,21 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3, help="timed runs per cell; the median is reported")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--preset", default="small", help="model preset (default: small; tiny for a smoke test)")
+    p.add_argument("--vocab", type=int, default=VOCAB, help=f"joint vocabulary size (default: {VOCAB})")
     p.add_argument("--skip", nargs="*", default=[], choices=PEERS, help="peers to leave out")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = build_model()
+    model = build_model(args.preset, args.vocab)
     rows, checks = [], []
     with tempfile.TemporaryDirectory() as tmp:
         peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads).items() if k not in args.skip}
         for strategy, beam in STRATEGIES.items():
             for batch in args.batch:
-                src = sources(batch)
-                row, outs = {"strategy": strategy, "batch": batch}, {}
-                for name in PEERS:
-                    if name in peers:
-                        row[name], outs[name] = tokens_per_second(lambda: peers[name](src, beam), args.runs)
-                    else:
-                        row[name] = None
+                src = sources(batch, args.vocab)
+                fns = {name: (lambda fn=fn: fn(src, beam)) for name, fn in peers.items()}
+                speeds, outs = interleaved_tokens_per_second(fns, args.runs)
+                row = {"strategy": strategy, "batch": batch, **{name: speeds.get(name) for name in PEERS}}
                 rows.append(row)
                 checks.append((strategy, batch, {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}))
                 print_row(row)

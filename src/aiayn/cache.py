@@ -72,6 +72,20 @@ class KVCache:
                 out.self_v[layer] = out._grow(v, v, self.capacity)
         return out
 
+    def reorder_self_(self, indices: Tensor) -> "KVCache":
+        """In place: row i of the self-attention keys/values becomes row indices[i] (K,) -> (K,).
+
+        Cross-attention keys/values and src_mask are left as they are, so this is valid only
+        when rows i and indices[i] decode the same source, as when beam search follows the
+        beams of each sentence (it skips copying the cross-attention tensors every step).
+        Use `reorder` to change which sources the rows hold.
+        """
+        for layer, (k, v) in enumerate(zip(self.self_k, self.self_v)):
+            if k is not None:
+                self.self_k[layer] = k.index_select(0, indices)
+                self.self_v[layer] = v.index_select(0, indices)
+        return self
+
     @property
     def batch_size(self) -> int:
         return self.src_mask.shape[0]

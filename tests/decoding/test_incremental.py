@@ -57,3 +57,19 @@ def test_models_built_under_inference_mode_are_never_cached():
     with torch.inference_mode():
         model = tiny()
     assert incremental_decoder(model) is not incremental_decoder(model)
+
+
+@torch.inference_mode()
+def test_cache_reorder_self_in_place_equals_reorder():
+    """`KVCache.reorder_self_` (beams of one sentence) gives the same next step as `reorder`."""
+    model = tiny()
+    src = torch.randint(4, V, (2, 5)).repeat_interleave(3, dim=0)  # 2 sentences x 3 beams
+    tgt = torch.randint(4, V, (6, 4))
+    cache = model.init_cache(model.encode(src), capacity=8)
+    model.decode(tgt[:, :3], cache)
+    rows = torch.tensor([2, 2, 0, 4, 3, 3])  # each row stays inside its sentence
+    expected = model.decode(tgt[rows, 3:4], cache.reorder(rows)).logits
+    cross_k = cache.cross_k[0]
+    got = model.decode(tgt[rows, 3:4], cache.reorder_self_(rows)).logits
+    torch.testing.assert_close(got, expected)
+    assert cache.cross_k[0] is cross_k and cache.length == 4

@@ -78,10 +78,14 @@ def beam_search(model, src: Tensor, config: DecodeConfig | None = None, min_len:
         if bans is None:
             bans = token_bans(model.config, logits.shape[-1], logits.device)
         logp = torch.log_softmax(logits.float(), dim=-1) + bans[int(t < min_len)]  # (N, V)
+        n_before = state.ids.numel()
         state, rows = _advance(state, logp, t, cfg, model.config.eos_id)
         if state.ids.numel() == 0:
             break
-        cache = cache.reorder(rows)
+        if state.ids.numel() == n_before:
+            cache.reorder_self_(rows)  # beams moved within their sentence: cross K/V unchanged
+        else:
+            cache = cache.reorder(rows)  # finished sentences leave the batch
     return [sorted(h, key=lambda x: -x.score)[: cfg.nbest] for h in state.finished]
 
 
@@ -116,11 +120,13 @@ def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig, eos_id: int
     beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)  # (B', K)
     history = torch.cat([state.history.gather(1, beam[:, :, None].expand(-1, -1, t)), tok[:, :, None]], 2)
 
+    rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)  # (B', K) cache rows to follow
     keep = ~(last_step | _cannot_improve(state, scores, cfg))  # (B',)
-    rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)[keep].reshape(-1)  # (B'' K,)
+    if bool(keep.all()):
+        return _State(tok.reshape(-1), scores, history, state.limits, state.ids, state.finished), rows.reshape(-1)
     new = _State(tok[keep].reshape(-1), scores[keep], history[keep], state.limits[keep],
                  state.ids[keep], state.finished)
-    return new, rows
+    return new, rows[keep].reshape(-1)
 
 
 def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: int, cfg: DecodeConfig) -> None:
@@ -140,6 +146,8 @@ def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: 
 
 def _cannot_improve(state: _State, live_scores: Tensor, cfg: DecodeConfig) -> Tensor:
     """(B',) bool: the best live beam's score bound cannot beat the nbest-th finished score."""
+    if all(len(state.finished[i]) < cfg.nbest for i in state.ids.tolist()):
+        return torch.zeros(live_scores.shape[0], dtype=torch.bool, device=live_scores.device)
     worst_kept = []
     for i in state.ids.tolist():
         scores = sorted((h.score for h in state.finished[i]), reverse=True)
