@@ -71,11 +71,13 @@ class ModelSpec:
 class DataConfig:
     """Where the parallel text comes from and how it becomes batches.
 
-    corpus: "synthetic" (the built-in task `task`, see aiayn.data.synthetic) or a
-    directory holding `{split}.{lang}` or `{split}.{lang}.gz` text files, one sentence a line.
+    corpus: "synthetic" (the built-in task `task`, see aiayn.data.synthetic), a registered
+    corpus name ("multi30k", ...; looked up in `data_dir`, else downloaded), a directory of
+    `{split}.{lang}[.gz]` files, or a TSV file (see aiayn.data.corpus.resolve_source).
     """
 
     corpus: str = "synthetic"
+    data_dir: str = ""  # local copy of a registered corpus; "" = $AIAYN_DATA_DIR or download
     src_lang: str = "src"
     tgt_lang: str = "tgt"
     train_split: str = "train"
@@ -84,7 +86,7 @@ class DataConfig:
     vocab_type: str = "bpe"  # "bpe" | "unigram" (sentencepiece) | "symbols" (whitespace symbols)
     vocab_size: int = 8000  # sentencepiece only; "symbols" takes the symbols of the training data
     joint_vocab: bool = True  # one vocabulary for both languages (§3.4)
-    max_tokens: int = 4096  # target tokens (incl. EOS) per micro-batch; padding not counted
+    max_tokens: int = 4096  # per micro-batch: padded source + padded target elements (src.numel() + tgt_in.numel())
     max_length: int = 256  # training pairs with a longer side (in tokens) are dropped
     valid_max_sentences: int = 0  # validation BLEU on the first N sentences; 0 = all
     # synthetic task only

@@ -1,0 +1,52 @@
+"""`aiayn average`: the mean of several checkpoints' weights, as a self-contained model directory."""
+
+from __future__ import annotations
+
+HELP = "average the weights of checkpoints (§6.1) into a self-contained model directory"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("checkpoints", nargs="+", metavar="CKPT",
+                   help="checkpoint or model directories (config.json + model.safetensors), or a run's "
+                        "checkpoints/ directory together with --last N")
+    p.add_argument("-o", "--output", required=True, metavar="MODEL_DIR", help="where to write the model")
+    p.add_argument("--last", type=int, metavar="N", help="with one checkpoints/ directory: its newest N")
+    p.add_argument("--tokenizer", metavar="DIR", help="directory with tokenizer.json to copy (default: the "
+                                                      "first checkpoint's, else its run's tokenizer/ or model/)")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
+    from aiayn.training.average import average_checkpoints
+    from aiayn.training.checkpoint import list_checkpoints
+
+    paths = [Path(p) for p in args.checkpoints]
+    if args.last is not None:
+        if len(paths) != 1:
+            raise ValueError("--last takes exactly one checkpoints/ directory")
+        found = list_checkpoints(paths[0])
+        if len(found) < args.last:
+            raise ValueError(f"{paths[0]} holds {len(found)} checkpoints, fewer than --last {args.last}")
+        paths = found[-args.last:]
+    model = average_checkpoints(paths)
+    out = model.save_pretrained(args.output)
+    tok_dir = Path(args.tokenizer) if args.tokenizer else _find_tokenizer(paths[0])
+    if tok_dir is None:
+        raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
+    save_tokenizers(load_tokenizers(tok_dir), out)
+    print(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")
+    print(f"model: {out} (config.json, model.safetensors, tokenizer from {tok_dir})")
+    return 0
+
+
+def _find_tokenizer(ckpt):
+    """The checkpoint itself, else RUN_DIR/tokenizer or RUN_DIR/model (ckpt = RUN_DIR/checkpoints/ckpt_N)."""
+    from aiayn.training.pipeline import TOKENIZER_DIR
+
+    run_dir = ckpt.resolve().parent.parent
+    for d in (ckpt, run_dir / TOKENIZER_DIR, run_dir / "model"):
+        if (d / "tokenizer.json").is_file():
+            return d
+    return None

@@ -1,0 +1,46 @@
+"""`aiayn train`: train a Transformer from a TOML config (see recipes/), or resume a run."""
+
+from __future__ import annotations
+
+HELP = "train a Transformer from a TOML config (recipes/*.toml), or resume a run"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("config", nargs="?", help="training config (TOML); omit with --resume")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue RUN_DIR from its last checkpoint, with the "
+                                                       "config saved there (plus any --set)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one config field, e.g. --set train.max_updates=100 (repeatable)")
+    p.add_argument("--run-dir", help="shorthand for --set train.run_dir=DIR")
+
+
+def run(args) -> int:
+    import time
+
+    from aiayn.training.config import load_config
+    from aiayn.training.pipeline import resume_config, train
+    from aiayn.training.trainer import TrainingDiverged
+
+    overrides = list(args.overrides) + ([f"train.run_dir={args.run_dir}"] if args.run_dir else [])
+    if args.resume:
+        if args.config:
+            raise ValueError("give either CONFIG or --resume RUN_DIR, not both")
+        cfg = resume_config(args.resume, overrides)
+    elif args.config:
+        cfg = load_config(args.config, overrides)
+    else:
+        raise ValueError("a CONFIG.toml (or --resume RUN_DIR) is required")
+    start = time.monotonic()
+    try:
+        result = train(cfg, resume=bool(args.resume))
+    except TrainingDiverged as e:
+        print(f"aiayn train: {e}")
+        return 3
+    s = result.state
+    print(f"stopped ({result.stop_reason}) after {s.step} updates, {s.epoch} epochs, "
+          f"{s.elapsed / 60:.1f} min of training ({(time.monotonic() - start) / 60:.1f} min in this process)")
+    if result.last_valid:
+        v = result.last_valid
+        print("last validation: " + ", ".join(f"{k} {v[k]:.3f}" for k in ("loss", "nll", "ppl", "bleu") if k in v))
+    print(f"model: {cfg.train.run_dir}/model   (resume: aiayn train --resume {cfg.train.run_dir})")
+    return 130 if result.stop_reason == "signal" else 0
