@@ -78,12 +78,20 @@ class KVCache:
         Cross-attention keys/values and src_mask are left as they are, so this is valid only
         when rows i and indices[i] decode the same source, as when beam search follows the
         beams of each sentence (it skips copying the cross-attention tensors every step).
-        Use `reorder` to change which sources the rows hold.
+        Use `reorder` to change which sources the rows hold. Only the filled positions are
+        copied, into a second buffer kept for the next call (no allocation per step).
         """
-        for layer, (k, v) in enumerate(zip(self.self_k, self.self_v)):
-            if k is not None:
-                self.self_k[layer] = k.index_select(0, indices)
-                self.self_v[layer] = v.index_select(0, indices)
+        spares = self.__dict__.setdefault("_spares", {})
+        for layer in range(len(self.self_k)):
+            for name, bufs in (("k", self.self_k), ("v", self.self_v)):
+                buf = bufs[layer]
+                if buf is None:
+                    continue
+                spare = spares.get((name, layer))
+                if spare is None or spare.shape != buf.shape or spare.dtype != buf.dtype:
+                    spare = torch.empty_like(buf)
+                torch.index_select(buf[:, :, : self.length], 0, indices, out=spare[:, :, : self.length])
+                bufs[layer], spares[(name, layer)] = spare, buf
         return self
 
     @property

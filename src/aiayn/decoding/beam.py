@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding.common import clamp_to_positions, max_output_length, token_bans
+from aiayn.decoding.common import clamp_to_positions, banned_tokens, max_output_length
 from aiayn.decoding.incremental import decode_step, incremental_decoder
 from aiayn.decoding.length_penalty import length_penalty
 
@@ -72,12 +72,10 @@ def beam_search(model, src: Tensor, config: DecodeConfig | None = None, min_len:
     cache = model.init_cache(enc, capacity=int(limits.max()))
     cache = cache.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
     state = _initial_state(B, K, limits, model.config.bos_id, [[] for _ in range(B)])
-    fast, bans = incremental_decoder(model), None
+    fast, bans = incremental_decoder(model), banned_tokens(model.config, src.device)
     for t in range(int(limits.max())):
         logits = decode_step(model, fast, state.last, cache)  # (N, V)
-        if bans is None:
-            bans = token_bans(model.config, logits.shape[-1], logits.device)
-        logp = torch.log_softmax(logits.float(), dim=-1) + bans[int(t < min_len)]  # (N, V)
+        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < min_len)], float("-inf"))
         n_before = state.ids.numel()
         state, rows = _advance(state, logp, t, cfg, model.config.eos_id)
         if state.ids.numel() == 0:
@@ -107,7 +105,7 @@ def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig, eos_id: int
     """One beam step. logp: (N, V). Returns the new state and the cache rows (N',) to keep."""
     Bn, K = state.scores.shape
     V = logp.shape[-1]
-    cand = state.scores[:, :, None] + logp.view(Bn, K, V)  # (B', K, V)
+    cand = logp.view(Bn, K, V).add_(state.scores[:, :, None])  # (B', K, V), in place: no new (N, V)
     top_scores, top_flat = cand.view(Bn, K * V).topk(2 * K, dim=1)  # (B', 2K), best first
     top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)
     is_eos = top_tok == eos_id

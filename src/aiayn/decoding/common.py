@@ -63,16 +63,14 @@ def clamp_to_positions(limits: Tensor, config) -> Tensor:
     return limits
 
 
-def token_bans(config, vocab_size: int, device: torch.device | str = "cpu") -> Tensor:
-    """Additive score masks (2, V): row 0 bans PAD and BOS (never outputs), row 1 also EOS.
+def banned_tokens(config, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Ids that may not be produced: (PAD, BOS), and (PAD, BOS, EOS) before `min_len` tokens.
 
-    `scores + bans[int(step < min_len)]` forbids EOS before `min_len` tokens exist, with one
-    op per step and no host sync.
+    `scores.index_fill_(1, banned[int(step < min_len)], -inf)` applies `forbid_tokens`'
+    rule with one small in-place op per step and no host sync.
     """
-    bans = torch.zeros(2, vocab_size, device=device)
-    bans[:, [config.pad_id, config.bos_id]] = float("-inf")
-    bans[1, config.eos_id] = float("-inf")
-    return bans
+    always = [config.pad_id, config.bos_id]
+    return (torch.tensor(always, device=device), torch.tensor(always + [config.eos_id], device=device))
 
 
 def forbid_tokens(scores: Tensor, config, step: int, min_len: int) -> Tensor:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding.common import clamp_to_positions, max_output_length, token_bans
+from aiayn.decoding.common import clamp_to_positions, banned_tokens, max_output_length
 from aiayn.decoding.incremental import decode_step, incremental_decoder
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
@@ -49,12 +49,10 @@ def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None
     tokens = torch.full((B,), cfg.bos_id, dtype=torch.long, device=src.device)
     out = torch.full((B, steps), cfg.pad_id, dtype=torch.long, device=src.device)
     alive = torch.ones(B, dtype=torch.bool, device=src.device)
-    bans = None
+    bans = banned_tokens(cfg, src.device)
     for t in range(steps):
         scores = decode_step(model, fast, tokens, cache)  # (B, V)
-        if bans is None:
-            bans = token_bans(cfg, scores.shape[-1], scores.device)
-        tokens = pick(scores + bans[int(t < min_len)])  # (B,)
+        tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")))  # (B,)
         alive &= limits > t
         out[:, t] = tokens
         alive &= tokens != cfg.eos_id
