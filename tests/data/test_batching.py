@@ -88,10 +88,10 @@ def test_bucketing_beats_random():
 def test_collate_hand_built():
     b = collate([([5, 6, 7], [8]), ([9], [10, 11, 12])])
     P, S, E = PAD_ID, BOS_ID, EOS_ID
-    assert b.src.tolist() == [[5, 6, 7], [9, P, P]]
+    assert b.src.tolist() == [[5, 6, 7, E], [9, E, P, P]]
     assert b.tgt_in.tolist() == [[S, 8, P, P], [S, 10, 11, 12]]
     assert b.tgt_out.tolist() == [[8, E, P, P], [10, 11, 12, E]]
-    assert b.src.dtype == torch.long and (b.n_src_tokens, b.n_tgt_tokens) == (4, 6)
+    assert b.src.dtype == torch.long and (b.n_src_tokens, b.n_tgt_tokens) == (6, 6)
     assert b.n_tgt_tokens == int((b.tgt_out != P).sum())
     with pytest.raises(ValueError):
         collate([])

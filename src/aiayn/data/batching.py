@@ -156,7 +156,7 @@ def random_batches(n: int, sizes: Sequence[int], seed: int = 0) -> list[list[int
 class Batch:
     """A padded batch. Shape: src (B, S); tgt_in, tgt_out (B, T) with T = longest target + 1.
 
-    src: source ids, no BOS/EOS, PAD at the right.
+    src: source ids + EOS (as `aiayn.decoding.encode_source` feeds them at inference), PAD at the right.
     tgt_in: BOS + y (decoder input, teacher forcing); tgt_out: y + EOS (labels); PAD at the right.
     n_src_tokens / n_tgt_tokens: non-pad tokens of src / tgt_out (normalise the loss by n_tgt_tokens).
     """
@@ -182,17 +182,18 @@ def collate(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int
     if not examples:
         raise ValueError("collate needs at least one example")
     n = len(examples)
-    s_len = max(len(s) for s, _ in examples)
+    s_len = max(len(s) for s, _ in examples) + 1
     t_len = max(len(t) for _, t in examples) + 1
     src = np.full((n, s_len), pad_id, dtype=np.int64)  # (B, S)
     tgt_in = np.full((n, t_len), pad_id, dtype=np.int64)  # (B, T)
     tgt_out = np.full((n, t_len), pad_id, dtype=np.int64)  # (B, T)
     for b, (s, t) in enumerate(examples):
         src[b, : len(s)] = s
+        src[b, len(s)] = eos_id
         tgt_in[b, 0] = bos_id
         tgt_in[b, 1 : len(t) + 1] = t
         tgt_out[b, : len(t)] = t
         tgt_out[b, len(t)] = eos_id
-    n_src = sum(len(s) for s, _ in examples)
+    n_src = sum(len(s) + 1 for s, _ in examples)
     n_tgt = sum(len(t) + 1 for _, t in examples)
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), n_src, n_tgt)

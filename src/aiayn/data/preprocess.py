@@ -94,7 +94,7 @@ class ParallelDataset:
     def sampler(self, max_tokens: int, seed: int = 0, shuffle: bool = True, rank: int = 0,
                 world_size: int = 1, skip_overlong: bool = False) -> TokenBucketSampler:
         """A token-bucket sampler whose budget bounds `src.numel() + tgt_in.numel()` of each batch."""
-        return TokenBucketSampler(self.src_lengths, self.tgt_lengths + 1, max_tokens, seed=seed, shuffle=shuffle,
+        return TokenBucketSampler(self.src_lengths + 1, self.tgt_lengths + 1, max_tokens, seed=seed, shuffle=shuffle,
                                   rank=rank, world_size=world_size, skip_overlong=skip_overlong)
 
     def collate(self, indices: Sequence[int]) -> Batch:
