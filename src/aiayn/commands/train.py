@@ -43,4 +43,18 @@ def run(args) -> int:
         v = result.last_valid
         print("last validation: " + ", ".join(f"{k} {v[k]:.3f}" for k in ("loss", "nll", "ppl", "bleu") if k in v))
     print(f"model: {cfg.train.run_dir}/model   (resume: aiayn train --resume {cfg.train.run_dir})")
-    return 130 if result.stop_reason == "signal" else 0
+    if result.stop_reason == "signal":
+        return 130
+    if cfg.data.test_split and _is_main():
+        from aiayn.training.pipeline import evaluate_test
+
+        test = evaluate_test(cfg, progress=cfg.train.progress)
+        print(f"test {test['split']} (beam {test['beam_size']}, alpha {test['length_penalty']}): "
+              f"{test['detail']}\n  signature: {test['signature']}\n  evaluation time: {test['seconds'] / 60:.1f} min")
+    return 0
+
+
+def _is_main() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"

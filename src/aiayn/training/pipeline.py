@@ -226,3 +226,38 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> TrainCo
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; is {run_dir} a training run directory?")
     return load_config(path, [f"train.run_dir={run_dir}", *overrides])
+
+
+def evaluate_test(cfg: TrainConfig, progress: bool = False) -> dict:
+    """sacreBLEU of the final model (run_dir/model) on `data.test_split`, decoded with
+    `[decode]` (beam 4, α 0.6 by default). Writes run_dir/test.hyp and run_dir/test_scores.json."""
+    import json
+
+    import sacrebleu
+
+    from aiayn.io import atomic_write
+    from aiayn.translator import Translator
+
+    run_dir, t = Path(cfg.train.run_dir), time.monotonic()
+    text = read_text(cfg.data, cfg.data.test_split, cfg.train.seed)
+    device = resolve_device(cfg.train.device, SINGLE)
+    translator = Translator.from_pretrained(run_dir / "model", device=device, decode=cfg.decode)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(text.src), desc="test", unit="sent")
+    hyps = translator.translate(text.src, progress=bar.update if bar else None)
+    if bar:
+        bar.close()
+    bleu = sacrebleu.metrics.BLEU()
+    score = bleu.corpus_score(hyps, [text.tgt])
+    result = {"split": cfg.data.test_split, "bleu": score.score, "detail": str(score),
+              "signature": str(bleu.get_signature()), "beam_size": cfg.decode.beam_size,
+              "length_penalty": cfg.decode.length_penalty, "n_sentences": len(hyps),
+              "seconds": time.monotonic() - t}
+    with atomic_write(run_dir / "test.hyp") as tmp:
+        tmp.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    with atomic_write(run_dir / "test_scores.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    return result

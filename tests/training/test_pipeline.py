@@ -1,0 +1,114 @@
+"""End to end through `aiayn train` / `aiayn average` on a tiny synthetic task."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.model import Transformer
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.metrics import read_metrics
+from aiayn.translator import Translator
+
+TINY = """
+[model]
+preset = "tiny"
+dropout = 0.1
+[optim]
+warmup_steps = 20
+lr_factor = 2.0
+[data]
+corpus = "synthetic"
+vocab_type = "symbols"
+n_train = 300
+n_valid = 8
+max_len = 6
+max_tokens = 300
+[train]
+max_updates = 6
+validate_every = 3
+save_every_updates = 3
+log_every = 1
+progress = false
+"""
+
+
+@pytest.fixture
+def recipe(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def test_train_writes_a_self_contained_run(tmp_path, recipe, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", str(recipe), "--run-dir", str(run_dir)]) == 0
+    assert "stopped (max_updates) after 6 updates" in capsys.readouterr().out
+    assert sorted(p.name for p in run_dir.iterdir()) == ["checkpoints", "config.toml", "metrics.jsonl", "model",
+                                                         "tokenizer"]
+    translator = Translator.from_pretrained(run_dir / "model")  # config + weights + tokenizer
+    assert isinstance(translator.translate(["a b c"], method="greedy")[0], str)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["split"] == "valid"] == [3, 6]
+    assert all("bleu" in r for r in rows if r["split"] == "valid")
+    assert [p.name for p in ckpt.list_checkpoints(run_dir / "checkpoints")] == ["ckpt_00000003", "ckpt_00000006"]
+    # a second run into the same directory must not silently overwrite it
+    assert main(["train", str(recipe), "--run-dir", str(run_dir)]) == 2
+    assert "already holds checkpoints" in capsys.readouterr().err
+
+
+def test_cli_resume_equals_straight_run(tmp_path, recipe):
+    assert main(["train", str(recipe), "--run-dir", str(tmp_path / "a"), "--set", "train.validate_every=0"]) == 0
+    assert main(["train", str(recipe), "--run-dir", str(tmp_path / "b"), "--set", "train.validate_every=0",
+                 "--set", "train.max_updates=4"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "b"), "--set", "train.max_updates=6"]) == 0
+    a = Transformer.from_pretrained(tmp_path / "a" / "model")
+    b = Transformer.from_pretrained(tmp_path / "b" / "model")
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=name)
+
+
+def test_average_command(tmp_path, recipe, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", str(recipe), "--run-dir", str(run_dir), "--set", "train.validate_every=0"]) == 0
+    out = tmp_path / "avg"
+    assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(out)]) == 0
+    models = [Transformer.from_pretrained(p) for p in ckpt.list_checkpoints(run_dir / "checkpoints")]
+    avg = Translator.from_pretrained(out).model
+    for p, p1, p2 in zip(avg.parameters(), *[m.parameters() for m in models]):
+        torch.testing.assert_close(p, (p1 + p2) / 2)
+    assert main(["average", str(tmp_path / "nowhere"), "-o", str(out)]) == 2
+    assert "nowhere" in capsys.readouterr().err
+
+
+def test_bad_config_on_the_command_line(tmp_path, recipe, capsys):
+    assert main(["train", str(recipe), "--set", "train.max_update=3"]) == 2
+    err = capsys.readouterr().err
+    assert "tiny.toml" in err and "train.max_update" in err and "Traceback" not in err
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path, recipe):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "aiayn", "train", str(recipe), "--run-dir", str(run_dir),
+           "--set", "train.max_updates=100000", "--set", "train.validate_every=0", "--set", "train.save_every_updates=0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while not (run_dir / "metrics.jsonl").is_file() or not (run_dir / "metrics.jsonl").read_text().count("\n") >= 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "received SIGTERM" in err and "stopped (signal)" in out
+    last = ckpt.latest_checkpoint(run_dir / "checkpoints")
+    state = torch.load(last / ckpt.STATE_FILE, weights_only=True)["state"]
+    assert state["step"] >= 2 and last.name == ckpt.checkpoint_name(state["step"])
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert json.loads(json.dumps(rows[-1]))["step"] <= state["step"]
