@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding.common import clamp_to_positions, banned_tokens, max_output_length
+from aiayn.decoding.common import banned_tokens, clamp_to_positions, max_output_length
 from aiayn.decoding.incremental import decode_step, incremental_decoder
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
@@ -34,10 +34,12 @@ def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None
                 max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
     """Decode each row of src (B, S) one token per step, choosing with `pick`.
 
-    Returns token ids without BOS/EOS. State:
-        tokens: (B,) long     the last token of every row (BOS at first)
+    Returns token ids without BOS/EOS. Every few steps, once a quarter of the rows are
+    done, they leave the batch (`KVCache.reorder`). State (N = rows still decoding):
+        tokens: (N,) long     the last token of every row (BOS at first)
+        rows:   (N,) long     each row's index in src
+        alive:  (N,) bool     rows that have neither produced EOS nor reached their limit
         out:    (B, L) long   produced tokens, L = the longest limit; cut at EOS/limit at the end
-        alive:  (B,) bool     rows that have neither produced EOS nor reached their limit
     """
     cfg = model.config
     enc = model.encode(src)
@@ -47,17 +49,23 @@ def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None
     fast = incremental_decoder(model)
     B = src.shape[0]
     tokens = torch.full((B,), cfg.bos_id, dtype=torch.long, device=src.device)
+    rows = torch.arange(B, device=src.device)
     out = torch.full((B, steps), cfg.pad_id, dtype=torch.long, device=src.device)
     alive = torch.ones(B, dtype=torch.bool, device=src.device)
-    bans = banned_tokens(cfg, src.device)
+    row_limits, bans = limits, banned_tokens(cfg, src.device)
     for t in range(steps):
-        scores = decode_step(model, fast, tokens, cache)  # (B, V)
-        tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")))  # (B,)
-        alive &= limits > t
-        out[:, t] = tokens
-        alive &= tokens != cfg.eos_id
-        if t % 8 == 7 and not bool(alive.any()):  # a host sync every few steps only
-            break
+        scores = decode_step(model, fast, tokens, cache)  # (N, V)
+        tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")))  # (N,)
+        out[rows, t] = tokens
+        alive &= (tokens != cfg.eos_id) & (row_limits > t + 1)
+        if t % 8 == 7:  # a host sync every few steps only
+            n_alive = int(alive.sum())
+            if n_alive == 0:
+                break
+            if n_alive <= 0.75 * alive.numel():
+                keep = alive.nonzero().squeeze(1)  # (N',)
+                cache, tokens, rows, alive, row_limits = (cache.reorder(keep), tokens[keep], rows[keep],
+                                                          alive[keep], row_limits[keep])
     return _strip(out, limits, cfg.eos_id)
 
 
