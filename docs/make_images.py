@@ -1,11 +1,12 @@
 """Regenerate the pictures in docs/images/ (run from the repository root).
 
     .venv/bin/python docs/make_images.py                       # model-free pictures + demo model
-    .venv/bin/python docs/make_images.py --demo-model runs/demo/model \\
-        --multi30k-model runs/multi30k/model --multi30k-run runs/multi30k
+    .venv/bin/python docs/make_images.py --demo-model runs/demo/model --run demo=runs/demo \\
+        --multi30k-model runs/multi30k-de-en/model --run multi30k=runs/multi30k-de-en
 
 Without --demo-model a reverse-task demo model is trained first (`aiayn.demo.run_demo`,
-a few minutes on a CPU). Multi30k pictures are drawn only when their model/run is given.
+a few minutes on a CPU). Multi30k pictures are drawn only when their model is given;
+`--run NAME=RUN_DIR` draws RUN_DIR/metrics.jsonl as images/curves_NAME.png.
 Every picture is also a `aiayn plot ...` command; this script just fixes the arguments.
 """
 
@@ -21,7 +22,7 @@ from aiayn import plots
 DOCS = Path(__file__).resolve().parent
 SIZE = (900, 600)
 DEMO_SENTENCE = "a b c d e f g h"
-MULTI30K_SENTENCE = "Two young men are playing soccer in a park ."
+MULTI30K_SENTENCE = "Ein Boston Terrier läuft über saftig-grünes Gras vor einem weißen Zaun."  # test_2016_flickr #2
 log = logging.getLogger("make_images")
 
 
@@ -38,11 +39,14 @@ def model_free(out: Path) -> None:
 
 
 def attention(model_dir: Path, sentence: str, prefix: str, out: Path) -> None:
+    """The last layer: cross-attention of all heads, and the three kinds for head 0."""
     maps = plots.attention_for_sentence(model_dir, sentence)
     print(f"{prefix}: {' '.join(maps.src_labels)} -> {' '.join(maps.out_labels)}")
-    last = maps.cross.shape[0] - 1
-    save(plots.plot_attention(maps, "cross", layer=last, size=SIZE)[0], f"{prefix}_cross.png", out)
-    save(plots.plot_attention(maps, "all", layer=last, head=0, size=(900, 340))[0], f"{prefix}_all_parts.png", out)
+    scale = max(1.0, len(maps.src_labels) / 12)  # room for long subword sentences
+    cross_size = (int(900 * scale), int(600 * scale))
+    parts_size = (int(900 * scale), int(340 * scale))
+    save(plots.plot_attention(maps, "cross", size=cross_size)[0], f"{prefix}_cross.png", out)
+    save(plots.plot_attention(maps, "all", head=0, size=parts_size)[0], f"{prefix}_all_parts.png", out)
 
 
 def demo_model(given: str | None, work: Path) -> Path:
@@ -58,8 +62,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=str(DOCS / "images"))
     p.add_argument("--demo-model", help="a reverse-task model directory (default: train one)")
-    p.add_argument("--multi30k-model", help="a Multi30k en-de model directory")
-    p.add_argument("--multi30k-run", help="the run directory of that model (metrics.jsonl)")
+    p.add_argument("--multi30k-model", help="a Multi30k de-en model directory (recipes/multi30k-de-en.toml)")
+    p.add_argument("--run", action="append", default=[], metavar="NAME=RUN_DIR",
+                   help="training curves of a run directory -> curves_NAME.png (repeatable)")
     p.add_argument("--skip-demo", action="store_true", help="only the model-free pictures (and Multi30k ones)")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -70,8 +75,11 @@ def main() -> None:
             attention(demo_model(args.demo_model, Path(work)), DEMO_SENTENCE, "attention_reverse", out)
     if args.multi30k_model:
         attention(Path(args.multi30k_model), MULTI30K_SENTENCE, "attention_multi30k", out)
-    if args.multi30k_run:
-        save(plots.plot_curves(args.multi30k_run, size=SIZE)[0], "curves_multi30k.png", out)
+    for item in args.run:
+        name, _, run_dir = item.partition("=")
+        if not run_dir:
+            p.error(f"--run expects NAME=RUN_DIR, got {item!r}")
+        save(plots.plot_curves(run_dir, size=SIZE)[0], f"curves_{name}.png", out)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,13 @@ def test_series_split_bleu_and_ppl_from_nll(tmp_path):
     assert "train/bleu" not in arrays and "train/lr" not in arrays
 
 
+def test_learning_rate_is_drawn_once():
+    rows = [{"step": 1, "split": "train", "lr": 0.1}, {"step": 1, "split": "valid", "lr": 0.1, "loss": 1.0}]
+    fig, arrays = curves.plot_curves(rows)
+    assert "train/lr" in arrays and "valid/lr" not in arrays
+    assert len(fig.axes[3].lines) == 1
+
+
 def test_empty_file_is_an_error(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(ValueError, match="no metrics"):

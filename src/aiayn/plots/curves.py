@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure
 
@@ -86,11 +87,15 @@ def plot_curves(run: str | Path | list[dict], size: tuple[int, int] = DEFAULT_SI
     for ax, (key, title, scale) in zip(axes, PANELS):
         for split in ("train", "valid"):
             steps, values = _ppl(records, split) if key == "ppl" else series(records, split, key)
-            if len(values):
+            if len(values) and not (key == "lr" and ax.lines):  # one lr curve is enough
                 ax.plot(steps, values, label=split, **STYLE[split])
                 arrays[f"{split}/{key}"] = (steps, values)
         if ax.lines:
             ax.set(title=title, xlabel="update step", yscale=scale)
+            if scale == "log":  # plain numbers, not 6x10^0
+                plain = FuncFormatter(lambda v, _: f"{v:g}")
+                ax.yaxis.set_major_formatter(plain)
+                ax.yaxis.set_minor_formatter(plain)
             ax.legend(fontsize=8)
         else:
             ax.set_title(f"{title}: not recorded", fontsize=9)
