@@ -1,24 +1,17 @@
-"""The offline demo: learn a synthetic task (copy, reverse or sort) and decode held-out examples."""
+"""The offline demo: learn a synthetic task (copy, reverse or sort) with the full training
+pipeline (`aiayn.training`, the config of recipes/demo.toml) and decode held-out examples."""
 
 from __future__ import annotations
 
 import logging
-import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from torch.nn.utils.rnn import pad_sequence
-from tqdm import tqdm
-
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID, OptimConfig, TransformerConfig
-from aiayn.data.synthetic import symbols, synthetic_pairs
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-from aiayn.decoding.greedy import greedy_search
-from aiayn.model import Transformer
-from aiayn.training.schedule import noam_lr
+from aiayn.config import OptimConfig
+from aiayn.data.synthetic import synthetic_pairs
+from aiayn.training.config import CONFIG_NAME, DataConfig, ModelSpec, RunConfig, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +21,13 @@ class DemoConfig:
     task: str = "reverse"
     n_symbols: int = 10
     min_len: int = 3
-    max_len: int = 12
+    max_len: int = 10
     n_train: int = 20000
     n_test: int = 500
-    updates: int = 1200
-    batch_size: int = 64
+    updates: int = 1500
+    batch_size: int = 64  # sentences per batch, approximately (batches are token-bucketed)
     preset: str = "tiny"
-    d_model: int = 64
-    d_ff: int = 256
-    n_heads: int = 4
+    model_overrides: tuple[tuple[str, object], ...] = (("d_model", 64), ("d_ff", 256), ("n_heads", 4))
     warmup_steps: int = 200
     lr_factor: float = 2.0
     seed: int = 1
@@ -50,47 +41,42 @@ class DemoResult:
     examples: list[tuple[str, str, str]]  # (source, reference, hypothesis)
 
 
-def _tensorize(ids: list[list[int]], bos: bool = False, eos: bool = False) -> torch.Tensor:
-    rows = [torch.tensor(([BOS_ID] if bos else []) + r + ([EOS_ID] if eos else [])) for r in ids]
-    return pad_sequence(rows, batch_first=True, padding_value=PAD_ID)
+def train_config(cfg: DemoConfig, out_dir: str | Path, progress: bool = True) -> TrainConfig:
+    """The `TrainConfig` of the demo (recipes/demo.toml holds the same for the default DemoConfig)."""
+    # token budget per batch: batch_size · (longest source + EOS + BOS + longest target)
+    max_tokens = cfg.batch_size * (2 * cfg.max_len + 3)
+    return TrainConfig(
+        model=ModelSpec(cfg.preset, cfg.model_overrides),
+        optim=OptimConfig(warmup_steps=cfg.warmup_steps, lr_factor=cfg.lr_factor),
+        data=DataConfig(corpus="synthetic", task=cfg.task, vocab_type="symbols", n_symbols=cfg.n_symbols,
+                        min_len=cfg.min_len, max_len=cfg.max_len, n_train=cfg.n_train, n_valid=200,
+                        max_tokens=max_tokens),
+        train=RunConfig(run_dir=str(out_dir), max_updates=cfg.updates, validate_every=max(cfg.updates // 2, 1),
+                        bleu=False, save_every_updates=max(cfg.updates // 2, 1), seed=cfg.seed, progress=progress),
+    )
 
 
 def run_demo(out_dir: str | Path, cfg: DemoConfig = DemoConfig(), progress: bool = True) -> DemoResult:
+    """Train into `out_dir` (a run directory; the model lands in `out_dir/model`), then
+    decode `n_test` held-out examples greedily and score exact match."""
+    from aiayn.training.pipeline import train
+    from aiayn.translator import Translator
+
     start = time.perf_counter()
-    torch.manual_seed(cfg.seed)
-    tok = SymbolTokenizer(symbols(cfg.n_symbols))
-    lens = dict(n_symbols=cfg.n_symbols, min_len=cfg.min_len, max_len=cfg.max_len)
-    train = synthetic_pairs(cfg.task, cfg.n_train, seed=cfg.seed, **lens)
-    test = synthetic_pairs(cfg.task, cfg.n_test, seed=cfg.seed + 1, **lens)
-    model_cfg = TransformerConfig.preset(cfg.preset, src_vocab_size=tok.vocab_size, d_model=cfg.d_model,
-                                         d_ff=cfg.d_ff, n_heads=cfg.n_heads)
-    model = Transformer(model_cfg)
-    _train(model, [(tok.encode(s), tok.encode(t)) for s, t in train], cfg, progress)
-    model.eval()
-    model_dir = model.save_pretrained(Path(out_dir) / "model")
-    save_tokenizers(TokenizerPair.shared(tok), model_dir)
-    hyps = [tok.decode(h) for h in greedy_search(model, _tensorize([tok.encode(s) for s, _ in test], eos=True))]
+    _clear_previous_run(Path(out_dir))
+    train(train_config(cfg, out_dir, progress))
+    model_dir = Path(out_dir) / "model"
+    test = synthetic_pairs(cfg.task, cfg.n_test, seed=cfg.seed + 1, n_symbols=cfg.n_symbols,
+                           min_len=cfg.min_len, max_len=cfg.max_len)
+    hyps = Translator.from_pretrained(model_dir).translate([s for s, _ in test], method="greedy")
     accuracy = sum(h == t for h, (_, t) in zip(hyps, test)) / len(test)
     examples = [(s, t, h) for (s, t), h in zip(test, hyps)]
     return DemoResult(accuracy, time.perf_counter() - start, model_dir, examples)
 
 
-def _train(model: Transformer, data: list[tuple[list[int], list[int]]], cfg: DemoConfig, progress: bool) -> None:
-    optim = OptimConfig(warmup_steps=cfg.warmup_steps, lr_factor=cfg.lr_factor)
-    opt = torch.optim.Adam(model.parameters(), lr=1.0, betas=optim.betas, eps=optim.eps, fused=True)
-    rng = random.Random(cfg.seed)
-    model.train()
-    bar = tqdm(range(1, cfg.updates + 1), desc="demo", disable=not progress, unit="update")
-    for step in bar:
-        batch = rng.sample(data, cfg.batch_size)
-        src = _tensorize([s for s, _ in batch], eos=True)
-        tgt_in, tgt_out = _tensorize([t for _, t in batch], bos=True), _tensorize([t for _, t in batch], eos=True)
-        logits = model(src, tgt_in)
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD_ID,
-                               label_smoothing=optim.label_smoothing)
-        for group in opt.param_groups:
-            group["lr"] = noam_lr(step, model.config.d_model, optim.warmup_steps, optim.lr_factor)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+def _clear_previous_run(out_dir: Path) -> None:
+    """The demo always starts afresh: drop the checkpoints of an earlier demo run there."""
+    if (out_dir / CONFIG_NAME).is_file():
+        for name in ("checkpoints", "tokenizer", "metrics.jsonl"):
+            path = out_dir / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
