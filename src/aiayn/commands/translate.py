@@ -28,7 +28,8 @@ def add_decode_arguments(p) -> None:
     g.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (default: 0, all)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0, all)")
     g.add_argument("--seed", type=int, help="sampling seed")
-    g.add_argument("--batch-tokens", type=int, help="padded source tokens per batch (default: Translator's DEFAULT_BATCH_TOKENS)")
+    g.add_argument("--batch-tokens", type=int,
+                   help="padded source tokens per batch (default: aiayn.translator.DEFAULT_BATCH_TOKENS)")
     g.add_argument("--max-input-tokens", type=int,
                    help="longer sources are truncated with a warning (default: the model's max_positions)")
     g.add_argument("--device", default="cpu", help="torch device (default: cpu)")
