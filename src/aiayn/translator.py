@@ -10,7 +10,6 @@ are not decoded: they translate to "" so output stays aligned with input.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -18,8 +17,6 @@ import torch
 
 from aiayn.config import DecodeConfig
 from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources, sample
-
-log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch; a speed knob, not a paper setting
 METHODS = ("beam", "greedy", "sample")
