@@ -82,3 +82,18 @@ def test_bad_model_dirs(tmp_path, model_dir):
     save_tokenizers(TokenizerPair.shared(SymbolTokenizer(SYMBOLS)), tmp_path)
     with pytest.raises(ValueError, match="16 tokens but the model expects 30"):
         Translator.from_pretrained(tmp_path)
+
+
+def test_source_convention_is_ids_then_eos(caplog):
+    from aiayn.config import EOS_ID
+    from aiayn.decoding import source_ids
+
+    tok = SymbolTokenizer(SYMBOLS)
+    assert encode_source(tok, "a b c") == tok.encode("a b c") + [EOS_ID]
+    assert encode_source(tok, "") == [EOS_ID]
+    with caplog.at_level(logging.WARNING):
+        assert encode_source(tok, "a b c d", max_len=3) == tok.encode("a b") + [EOS_ID]
+    assert "truncated" in caplog.text
+    assert source_ids([7, 8, 9], max_len=2) == [7, EOS_ID]
+    with pytest.raises(ValueError):
+        source_ids([7], max_len=0)
