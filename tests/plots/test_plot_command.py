@@ -26,12 +26,13 @@ def run_dir(tmp_path):
 
 def _argv(kind, model_dir, run_dir):
     return {
-        "attention": ["--model", str(model_dir), "--sentence", "a b c", "--part", "all", "--layer", "1"],
+        "attention": ["--model", str(model_dir), "--sentence", "a b c", "--part", "all", "--layer", "1",
+                      "--max-len-b", "3"],
         "positional": ["--length", "50", "--d-model", "64"],
         "mask": ["--lengths", "4,2,5", "--tgt-len", "5"],
         "schedule": ["--warmup", "100", "--d-model", "64", "--schedule", "noam", "--schedule", "constant"],
         "curves": [str(run_dir)],
-        "scaling": ["--max-dk", "64"],
+        "scaling": ["--max-dk", "16"],
     }[kind]
 
 

@@ -31,6 +31,7 @@ def add_arguments(p) -> None:
                    help="which attention: encoder self, decoder masked self, cross, or all three (default cross)")
     a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
+    a.add_argument("--max-len-b", type=int, help="at most |source| + B output tokens (default: the paper's 50)")
     q = parsers["positional"]
     q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")
     q.add_argument("--d-model", type=int, help="encoding size (default: the paper's d_model)")
@@ -76,7 +77,7 @@ def _figure(args, size: dict):
     from aiayn import plots
 
     if args.kind == "attention":
-        maps = plots.attention_for_sentence(args.model, args.sentence)
+        maps = plots.attention_for_sentence(args.model, args.sentence, max_len_b=args.max_len_b)
         print(f"source: {' '.join(maps.src_labels)}")
         print(f"output: {' '.join(maps.out_labels)}")
         return plots.plot_attention(maps, args.part, args.layer, args.head, **size)

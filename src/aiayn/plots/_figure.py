@@ -11,6 +11,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from aiayn.io import atomic_write
 
@@ -43,3 +44,11 @@ def parse_size(text: str) -> tuple[int, int]:
     except ValueError:
         raise ValueError(f"size must look like WIDTHxHEIGHT in pixels, e.g. 1000x700, got {text!r}") from None
     return width, height
+
+
+def plain_log_ticks(axis, minor: bool = False) -> None:
+    """Label a log-scale axis with plain numbers (16, not 2^4 in mathtext). `minor` labels the
+    minor ticks too, for axes spanning less than a decade."""
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(plain if minor else NullFormatter())

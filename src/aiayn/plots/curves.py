@@ -14,9 +14,8 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from matplotlib.ticker import FuncFormatter
 
-from aiayn.plots._figure import DEFAULT_SIZE, new_figure
+from aiayn.plots._figure import DEFAULT_SIZE, new_figure, plain_log_ticks
 
 log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
@@ -92,10 +91,8 @@ def plot_curves(run: str | Path | list[dict], size: tuple[int, int] = DEFAULT_SI
                 arrays[f"{split}/{key}"] = (steps, values)
         if ax.lines:
             ax.set(title=title, xlabel="update step", yscale=scale)
-            if scale == "log":  # plain numbers, not 6x10^0
-                plain = FuncFormatter(lambda v, _: f"{v:g}")
-                ax.yaxis.set_major_formatter(plain)
-                ax.yaxis.set_minor_formatter(plain)
+            if scale == "log":  # perplexity often spans less than a decade
+                plain_log_ticks(ax.yaxis, minor=True)
             ax.legend(fontsize=8)
         else:
             ax.set_title(f"{title}: not recorded", fontsize=9)

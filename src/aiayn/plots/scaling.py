@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.plots._figure import DEFAULT_SIZE, new_figure
+from aiayn.plots._figure import DEFAULT_SIZE, new_figure, plain_log_ticks
 
 DEFAULT_DIMS = tuple(2**i for i in range(11))  # 1 .. 1024
 
@@ -78,8 +78,11 @@ def plot_scaling(dims=DEFAULT_DIMS, n_queries: int = 256, n_keys: int = 32, seed
         ax.plot(d, data[f"{key}_scaled"], "s-", color="tab:green", label="softmax(q·k / √d_k)")
         ax.set(title=title, xscale="log")
     grad_ax.set_yscale("log")
+    plain_log_ticks(var_ax.yaxis)
+    plain_log_ticks(grad_ax.yaxis, minor=True)
     for ax in (var_ax, max_ax, ent_ax, grad_ax):
         ax.set_xscale("log", base=2)
+        plain_log_ticks(ax.xaxis)
         ax.set_xlabel("d_k")
         ax.legend(fontsize=8)
     fig.suptitle(f"§3.2.1: why scale by 1/√d_k ({n_queries} queries x {n_keys} keys, unit-variance components)")

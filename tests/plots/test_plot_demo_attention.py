@@ -1,0 +1,21 @@
+"""A trained reverse-task model attends along the anti-diagonal (slow: trains the demo model)."""
+
+import numpy as np
+import pytest
+
+from aiayn.plots import attention_for_sentence, save_attention_plot
+from plot_helpers import assert_picture
+
+
+@pytest.mark.slow
+def test_reverse_task_cross_attention_is_anti_diagonal(tmp_path):
+    demo = pytest.importorskip("aiayn.demo")
+    result = demo.run_demo(tmp_path, demo.DemoConfig(task="reverse"), progress=False)
+    sentence = "a b c d e f g h"
+    maps = attention_for_sentence(result.model_dir, sentence)
+    assert maps.out_labels == "h g f e d c b a </s>".split()
+    cross = maps.cross[-1].mean(0)  # (T, S): last layer, mean over heads
+    n = len(sentence.split())
+    copied_from = cross[:n].argmax(-1)  # the source position read while writing output i
+    assert np.mean(copied_from == np.arange(n)[::-1]) >= 0.75
+    assert_picture(save_attention_plot(result.model_dir, sentence, tmp_path / "a.png"), (1000, 700))
