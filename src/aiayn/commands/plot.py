@@ -1,8 +1,5 @@
 HELP = "draw pictures: attention maps, positional encodings, masks, LR schedule, training curves, scaling"
 
-KINDS = ("attention", "positional", "mask", "schedule", "curves", "scaling")
-
-
 def _int_list(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",") if v.strip()]
@@ -11,6 +8,8 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(p) -> None:
+    from aiayn.config import DecodeConfig
+
     sub = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     kinds = {
         "attention": "attention heatmaps of one translation (encoder, decoder, cross; per head or all heads)",
@@ -31,7 +30,7 @@ def add_arguments(p) -> None:
                    help="which attention: encoder self, decoder masked self, cross, or all three (default cross)")
     a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
-    a.add_argument("--max-len-b", type=int, help="at most |source| + B output tokens (default: the paper's 50)")
+    a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default {DecodeConfig().max_len_b}, §6.1)")
     q = parsers["positional"]
     q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")
     q.add_argument("--d-model", type=int, help="encoding size (default: the paper's d_model)")
