@@ -6,8 +6,8 @@
     run_dir/metrics.jsonl    see aiayn.training.metrics
     run_dir/model/           the final self-contained model: config, weights, tokenizer
 
-Sources are encoded as ids + EOS (`aiayn.decoding.source_ids`), the convention of the
-decoders and the `Translator`; targets as `collate` does it (BOS + y -> y + EOS).
+Batches come from `aiayn.data` (`ParallelDataset.sampler` + `collate`): source = ids + EOS,
+the convention of the decoders and the `Translator`; target BOS + y -> y + EOS.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from aiayn.data.batching import Batch, TokenBucketSampler, collate
+from aiayn.data.batching import Batch
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.model import Transformer
@@ -89,20 +89,8 @@ def tokenizers_for_run(cfg: TrainConfig, run_dir: Path, train: TextSplit, dist: 
 
 # -- datasets and batches -------------------------------------------------------------------
 def encode(text: TextSplit, tokenizers: TokenizerPair) -> ParallelDataset:
-    """Token ids, the source with its EOS (`source_ids` convention)."""
-    from aiayn.decoding import source_ids
-
-    src = [source_ids(ids) for ids in tokenizers.src.encode_batch(text.src)]
-    tgt = tokenizers.tgt.encode_batch(text.tgt)
-    return ParallelDataset(*_flatten(src), *_flatten(tgt))
-
-
-def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """-> (flat int32 ids, (N + 1,) int64 offsets), the `ParallelDataset` layout."""
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in seqs], out=offsets[1:])
-    ids = np.fromiter((i for s in seqs for i in s), dtype=np.int32, count=int(offsets[-1]))
-    return ids, offsets
+    """Token ids without BOS/EOS; `collate` adds the source EOS and BOS/EOS on the target."""
+    return ParallelDataset.from_corpus(list(zip(text.src, text.tgt)), tokenizers)
 
 
 class EpochBatches(Sequence):
@@ -115,20 +103,19 @@ class EpochBatches(Sequence):
         return len(self.indices)
 
     def __getitem__(self, i: int) -> Batch:
-        return collate([self.dataset[j] for j in self.indices[i]])
+        return self.dataset.collate(self.indices[i])
 
 
 def epoch_data(dataset: ParallelDataset, data: DataConfig, seed: int, dist: DistInfo) -> Callable[[int], EpochBatches]:
-    """epoch -> this rank's deterministic token-bucketed batches. The budget bounds
-    src.numel() + tgt_in.numel() (source lengths already include EOS; targets get BOS)."""
-    sampler = TokenBucketSampler(dataset.src_lengths, dataset.tgt_lengths + 1, data.max_tokens, seed=seed,
-                                 rank=dist.rank, world_size=dist.world_size, skip_overlong=True)
+    """epoch -> this rank's deterministic token-bucketed batches; `max_tokens` bounds
+    src.numel() + tgt_in.numel() of each."""
+    sampler = dataset.sampler(data.max_tokens, seed=seed, rank=dist.rank, world_size=dist.world_size,
+                              skip_overlong=True)
     return lambda epoch: EpochBatches(dataset, sampler.batches(epoch))
 
 
 def valid_batches(dataset: ParallelDataset, max_tokens: int) -> list[Batch]:
-    sampler = TokenBucketSampler(dataset.src_lengths, dataset.tgt_lengths + 1, max_tokens, shuffle=False,
-                                 skip_overlong=True)
+    sampler = dataset.sampler(max_tokens, shuffle=False, skip_overlong=True)
     return list(EpochBatches(dataset, sampler.batches(0)))
 
 

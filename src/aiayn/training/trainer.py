@@ -91,7 +91,7 @@ class Trainer:
         self.schedule = get_schedule(run.schedule)
         self.ddp = self._wrap_ddp(model) if dist.enabled else None
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self._lr(1), betas=optim.betas, eps=optim.eps,
-                                          weight_decay=optim.weight_decay)
+                                          weight_decay=optim.weight_decay, fused=True)  # one kernel per step
         self.scaler = self._make_scaler()
         self.state = ckpt.TrainState()
         self.metrics = MetricsWriter(self.run_dir, enabled=dist.is_main)
