@@ -32,6 +32,9 @@ class KVCache:
         """Store this step's keys/values (K, H, t, Dh); return all so far (K, H, length + t, Dh)."""
         end = self.length + k.shape[2]
         buf_k, buf_v = self.self_k[layer], self.self_v[layer]
+        if buf_k is None and self.length == 0:  # teacher forcing: keep the tensors, copy nothing
+            self.self_k[layer], self.self_v[layer] = k, v
+            return k, v
         if buf_k is None or buf_k.dtype != k.dtype or end > buf_k.shape[2]:
             buf_k, buf_v = self._grow(buf_k, k, end), self._grow(buf_v, v, end)
             self.self_k[layer], self.self_v[layer] = buf_k, buf_v

@@ -90,8 +90,8 @@ class DecoderLayer(nn.Module):
         self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.sa_conn, self.ca_conn, self.ff_conn = _connection(cfg), _connection(cfg), _connection(cfg)
 
-    def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor, need_weights: bool = False):
-        """x: (B, T, D) new target positions; cross_mask: (B, 1, 1, S).
+    def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool = False):
+        """x: (B, T, D) new target positions; cross_mask: (B, 1, 1, S), or None when nothing is padded.
 
         Returns (x, self weights (B, H, T, P+T) or None, cross weights (B, H, T, S) or None).
         """
@@ -107,7 +107,7 @@ class DecoderLayer(nn.Module):
         y, w = self.self_attn.attend(q, k, v, is_causal=causal, need_weights=need_weights)
         return self.sa_conn.output(x, y), w
 
-    def _mha_block(self, x: Tensor, cache: KVCache, cross_mask: Tensor, need_weights: bool):
+    def _mha_block(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool):
         q = self.cross_attn.project_q(self.ca_conn.input(x))
         k, v = cache.cross_k[self.index], cache.cross_v[self.index]
         y, w = self.cross_attn.attend(q, k, v, mask=cross_mask, need_weights=need_weights)

@@ -83,7 +83,8 @@ class Decoder(nn.Module):
     def forward(self, tgt: Tensor, cache: KVCache, need_weights: bool = False):
         """tgt: (B, T) ids at positions cache.length ...; returns hidden (B, T, D) and weights."""
         x = self.dropout(self.embed(tgt) + self.positions(tgt.shape[1], start=cache.length))
-        cross_mask = masks.key_mask(cache.src_mask)  # (B, 1, 1, S)
+        src_mask = cache.src_mask
+        cross_mask = None if bool(src_mask.all()) else masks.key_mask(src_mask)  # (B, 1, 1, S)
         self_ws, cross_ws = [], []
         for layer in self.layers:
             x, sw, cw = layer(x, cache, cross_mask, need_weights)
