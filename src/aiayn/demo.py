@@ -50,7 +50,7 @@ def train_config(cfg: DemoConfig, out_dir: str | Path, progress: bool = True) ->
         optim=OptimConfig(warmup_steps=cfg.warmup_steps, lr_factor=cfg.lr_factor),
         data=DataConfig(corpus="synthetic", task=cfg.task, vocab_type="symbols", n_symbols=cfg.n_symbols,
                         min_len=cfg.min_len, max_len=cfg.max_len, n_train=cfg.n_train, n_valid=200,
-                        max_tokens=max_tokens),
+                        max_tokens=max_tokens, batching="random"),
         train=RunConfig(run_dir=str(out_dir), max_updates=cfg.updates, validate_every=max(cfg.updates // 2, 1),
                         bleu=False, save_every_updates=max(cfg.updates // 2, 1), seed=cfg.seed, progress=progress),
     )

@@ -112,3 +112,23 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path, recipe):
     assert state["step"] >= 2 and last.name == ckpt.checkpoint_name(state["step"])
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert json.loads(json.dumps(rows[-1]))["step"] <= state["step"]
+
+
+def test_random_batches_cover_each_example_once_within_budget():
+    from aiayn.data.synthetic import synthetic_pairs
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair
+    from aiayn.data.synthetic import symbols
+    from aiayn.training.distributed import DistInfo
+    from aiayn.training.pipeline import TextSplit, encode, random_batches
+
+    pairs = synthetic_pairs("reverse", 500, seed=0, max_len=9)
+    ds = encode(TextSplit([s for s, _ in pairs], [t for _, t in pairs]), TokenizerPair.shared(SymbolTokenizer(symbols(10))))
+    one = random_batches(ds, 200, seed=1, epoch=0, dist=DistInfo())
+    assert sorted(i for b in one for i in b) == list(range(500))
+    for b in one:
+        batch = ds.collate(b)
+        assert batch.src.numel() + batch.tgt_in.numel() <= 200
+    assert random_batches(ds, 200, 1, 1, DistInfo()) != one  # reshuffled each epoch
+    shards = [random_batches(ds, 200, 1, 0, DistInfo(r, 2)) for r in range(2)]
+    assert len(shards[0]) == len(shards[1])
+    assert not {i for b in shards[0] for i in b} & {i for b in shards[1] for i in b}

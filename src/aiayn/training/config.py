@@ -87,6 +87,7 @@ class DataConfig:
     vocab_size: int = 8000  # sentencepiece only; "symbols" takes the symbols of the training data
     joint_vocab: bool = True  # one vocabulary for both languages (§3.4)
     max_tokens: int = 4096  # per micro-batch: padded source + padded target elements (src.numel() + tgt_in.numel())
+    batching: str = "bucket"  # "bucket": length-sorted token buckets (aiayn.data); "random": mixed lengths
     max_length: int = 256  # training pairs with a longer side (in tokens) are dropped
     valid_max_sentences: int = 0  # validation BLEU on the first N sentences; 0 = all
     # synthetic task only
@@ -100,6 +101,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check(self.vocab_type in VOCAB_TYPES,
                f"data.vocab_type must be one of {', '.join(VOCAB_TYPES)}, got {self.vocab_type!r}")
+        _check(self.batching in ("bucket", "random"),
+               f"data.batching must be 'bucket' or 'random', got {self.batching!r}")
         for name in ("vocab_size", "max_tokens", "max_length", "n_train", "n_valid", "n_symbols"):
             _check(getattr(self, name) > 0, f"data.{name} must be positive, got {getattr(self, name)}")
         _check(self.valid_max_sentences >= 0, "data.valid_max_sentences must be >= 0")

@@ -109,9 +109,31 @@ class EpochBatches(Sequence):
 def epoch_data(dataset: ParallelDataset, data: DataConfig, seed: int, dist: DistInfo) -> Callable[[int], EpochBatches]:
     """epoch -> this rank's deterministic token-bucketed batches; `max_tokens` bounds
     src.numel() + tgt_in.numel() of each."""
+    if data.batching == "random":
+        return lambda epoch: EpochBatches(dataset, random_batches(dataset, data.max_tokens, seed, epoch, dist))
     sampler = dataset.sampler(data.max_tokens, seed=seed, rank=dist.rank, world_size=dist.world_size,
                               skip_overlong=True)
     return lambda epoch: EpochBatches(dataset, sampler.batches(epoch))
+
+
+def random_batches(dataset: ParallelDataset, max_tokens: int, seed: int, epoch: int, dist: DistInfo) -> list[list[int]]:
+    """Examples in a seeded random order, packed greedily under the same padded-cost budget
+    as the token-bucket sampler, but with mixed lengths in every batch (more padding; helps
+    tiny synthetic tasks, where length-sorted batches give biased updates). Each rank gets
+    every world_size-th batch; the remainder batches are dropped so counts are equal."""
+    order = np.random.default_rng([seed, epoch]).permutation(len(dataset))
+    src, tgt = dataset.src_lengths + 1, dataset.tgt_lengths + 1  # + EOS / + BOS
+    batches, current, max_s, max_t = [], [], 0, 0
+    for i in order.tolist():
+        s, t = max(max_s, int(src[i])), max(max_t, int(tgt[i]))
+        if current and (len(current) + 1) * (s + t) > max_tokens:
+            batches.append(current)
+            current, s, t = [], int(src[i]), int(tgt[i])
+        current.append(i)
+        max_s, max_t = s, t
+    batches.append(current)
+    usable = len(batches) - len(batches) % dist.world_size
+    return batches[:usable][dist.rank::dist.world_size]
 
 
 def valid_batches(dataset: ParallelDataset, max_tokens: int) -> list[Batch]:
