@@ -93,6 +93,7 @@ class Trainer:
         self.optimizer = torch.optim.Adam(model.parameters(), lr=self._lr(1), betas=optim.betas, eps=optim.eps,
                                           weight_decay=optim.weight_decay, fused=True)  # one kernel per step
         self.scaler = self._make_scaler()
+        self._warn_slow_bf16()
         self.state = ckpt.TrainState()
         self.metrics = MetricsWriter(self.run_dir, enabled=dist.is_main)
         self._signal: Optional[int] = None
@@ -112,6 +113,17 @@ class Trainer:
         if self.device.type != "cuda":
             raise ValueError("train.precision = 'fp16' needs a CUDA device; use 'bf16' on CPU")
         return torch.amp.GradScaler("cuda")
+
+    def _warn_slow_bf16(self) -> None:
+        if self.run.precision != "bf16" or self.device.type != "cpu":
+            return
+        try:
+            flags = open("/proc/cpuinfo").read()
+        except OSError:
+            return
+        if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+            log.warning("train.precision = 'bf16' on a CPU without avx512_bf16/amx_bf16: bf16 matmuls are "
+                        "emulated and much slower than fp32 here; consider train.precision = 'fp32'")
 
     def _autocast(self):
         if self.run.precision == "fp32":
