@@ -1,43 +1,16 @@
 """DDP with gloo on CPU: 2 ranks with 1 micro-batch each per update == 1 process with both."""
 
-import os
 import socket
 
 import torch
 import torch.multiprocessing as mp
 
-from aiayn.config import OptimConfig
 from aiayn.model import Transformer
-from aiayn.training.config import RunConfig
-from aiayn.training.distributed import init_from_env, shutdown
 from aiayn.training.trainer import Trainer
 
-from training_helpers import batches, tiny_config
-
-OPTIM = OptimConfig(warmup_steps=4, clip_norm=1.0, lr_factor=0.1)  # lr ≈ 7e-3: Adam steps ~lr, keep rounding < 1e-6
-K = 3
-
-
-def shard(rank: int):
-    return batches(K, 2 + rank, seed=10 + rank)  # ranks get different batch sizes and token counts
-
-
-def run_config(update_freq: int) -> RunConfig:
-    return RunConfig(max_updates=K, update_freq=update_freq, progress=False, log_every=1)
-
-
-def _worker(rank: int, world: int, port: int, run_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    info = init_from_env("cpu")
-    try:
-        torch.manual_seed(0)
-        model = Transformer(tiny_config(dropout=0.0))
-        data = shard(rank)
-        Trainer(model, OPTIM, run_config(1), run_dir, lambda e: data, dist=info).fit()
-    finally:
-        shutdown()
-
+# the worker lives in an importable module: spawned children cannot import this test file
+from ddp_worker import OPTIM, _worker, run_config, shard
+from training_helpers import tiny_config
 
 def _free_port() -> int:
     with socket.socket() as s:
