@@ -29,7 +29,7 @@ class DemoConfig:
     preset: str = "tiny"
     model_overrides: tuple[tuple[str, object], ...] = (("d_model", 64), ("d_ff", 256), ("n_heads", 4))
     warmup_steps: int = 200
-    lr_factor: float = 2.0
+    lr_factor: float = 1.0
     seed: int = 1
 
 
