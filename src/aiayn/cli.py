@@ -20,8 +20,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        if importlib.util.find_spec(f"aiayn.commands.{name}") is None:
-            continue  # TODO(integration): every command exists at release; drop this guard
         module = importlib.import_module(f"aiayn.commands.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
