@@ -5,7 +5,7 @@ import torch
 
 from aiayn.config import EOS_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, greedy_search, length_penalty
-from aiayn.decoding.common import forbid_tokens, max_output_length
+from aiayn.decoding.common import max_output_length
 from aiayn.model import Transformer
 
 from fake_decoder import A, B_, C, D, E, FakeModel
@@ -115,7 +115,8 @@ def reference_beam(model, src_row, cfg: DecodeConfig):
             prefix = torch.tensor([[c.bos_id] + tokens])
             with torch.no_grad():
                 logp = torch.log_softmax(model(src, prefix)[0, -1].float(), -1)[None]
-            logp = forbid_tokens(logp, c, t, 0)[0]
+            logp[:, [c.pad_id, c.bos_id]] = float("-inf")  # never outputs
+            logp = logp[0]
             cands += [(score + float(lp_), tokens, tok) for tok, lp_ in enumerate(logp.tolist())]
         cands.sort(key=lambda x: -x[0])
         cands = [x for x in cands[: 2 * K] if x[0] > float("-inf")]

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding.common import clamp_to_positions, banned_tokens, max_output_length
+from aiayn.decoding.common import banned_tokens, output_limits
 from aiayn.decoding.incremental import decode_step, incremental_decoder
 from aiayn.decoding.length_penalty import length_penalty
 
@@ -68,7 +68,7 @@ def beam_search(model, src: Tensor, config: DecodeConfig | None = None, min_len:
     cfg = config or DecodeConfig()
     enc = model.encode(src)
     B, K = src.shape[0], cfg.beam_size
-    limits = clamp_to_positions(max_output_length(enc.src_mask.sum(1), cfg.max_len_a, cfg.max_len_b), model.config)
+    limits = output_limits(model.config, enc.src_mask, cfg.max_len_a, cfg.max_len_b)
     cache = model.init_cache(enc, capacity=int(limits.max()))
     cache = cache.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
     state = _initial_state(B, K, limits, model.config.bos_id, [[] for _ in range(B)])

@@ -63,24 +63,25 @@ def clamp_to_positions(limits: Tensor, config) -> Tensor:
     return limits
 
 
+def output_limits(model_config, src_mask: Tensor, max_len_a: float | None = None,
+                  max_len_b: int | None = None) -> Tensor:
+    """Each sentence's maximum output length (see the convention above). src_mask (B, S) -> (B,) long.
+
+    `None` takes the paper's value from `DecodeConfig` (§6.1: |src| + 50).
+    """
+    from aiayn.config import DecodeConfig
+
+    d = DecodeConfig()
+    a = d.max_len_a if max_len_a is None else max_len_a
+    b = d.max_len_b if max_len_b is None else max_len_b
+    return clamp_to_positions(max_output_length(src_mask.sum(1), a, b), model_config)
+
+
 def banned_tokens(config, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """Ids that may not be produced: (PAD, BOS), and (PAD, BOS, EOS) before `min_len` tokens.
 
-    `scores.index_fill_(1, banned[int(step < min_len)], -inf)` applies `forbid_tokens`'
-    rule with one small in-place op per step and no host sync.
+    Apply with `scores.index_fill_(1, banned[int(step < min_len)], -inf)`: one small
+    in-place op per step and no host sync.
     """
     always = [config.pad_id, config.bos_id]
     return (torch.tensor(always, device=device), torch.tensor(always + [config.eos_id], device=device))
-
-
-def forbid_tokens(scores: Tensor, config, step: int, min_len: int) -> Tensor:
-    """Set scores (N, V) of tokens that may never be produced to -inf, in place.
-
-    PAD and BOS are never outputs; EOS is forbidden before `min_len` tokens exist
-    (`step` tokens have been produced so far). Same rule as `token_bans`.
-    """
-    scores[:, config.pad_id] = float("-inf")
-    scores[:, config.bos_id] = float("-inf")
-    if step < min_len:
-        scores[:, config.eos_id] = float("-inf")
-    return scores

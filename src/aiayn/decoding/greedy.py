@@ -12,21 +12,12 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from aiayn.config import DecodeConfig
-from aiayn.decoding.common import banned_tokens, clamp_to_positions, max_output_length
+from aiayn.decoding.common import banned_tokens, max_output_length, output_limits
 from aiayn.decoding.incremental import decode_step, incremental_decoder
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
 
 Picker = Callable[[Tensor], Tensor]  # scores (N, V) -> chosen ids (N,)
-
-
-def _limits(model, enc, max_len_a: float | None, max_len_b: int | None) -> Tensor:
-    d = DecodeConfig()
-    a = d.max_len_a if max_len_a is None else max_len_a
-    b = d.max_len_b if max_len_b is None else max_len_b
-    lengths = enc.src_mask.sum(1)  # (B,) real source tokens
-    return clamp_to_positions(max_output_length(lengths, a, b), model.config)
 
 
 @torch.inference_mode()
@@ -43,7 +34,7 @@ def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None
     """
     cfg = model.config
     enc = model.encode(src)
-    limits = _limits(model, enc, max_len_a, max_len_b)  # (B,)
+    limits = output_limits(cfg, enc.src_mask, max_len_a, max_len_b)  # (B,)
     steps = int(limits.max())
     cache = model.init_cache(enc, capacity=steps)
     fast = incremental_decoder(model)

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from aiayn.config import DecodeConfig
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure, save_png
 
 PARTS = ("encoder", "decoder", "cross")
@@ -75,13 +74,10 @@ def decode_with_attention(
     as `aiayn.decoding.greedy.greedy_search`, which it matches token for token. Labels are
     left as ids rendered with str(); `attention_for_sentence` fills in subword pieces.
     """
-    defaults = DecodeConfig()
-    a = defaults.max_len_a if max_len_a is None else max_len_a
-    b = defaults.max_len_b if max_len_b is None else max_len_b
     was_training = model.training
     model.eval()
     try:
-        encoder, out_ids, self_steps, cross_steps = _greedy_steps(model, list(src_ids), a, b)
+        encoder, out_ids, self_steps, cross_steps = _greedy_steps(model, list(src_ids), max_len_a, max_len_b)
     finally:
         model.train(was_training)
     T = len(out_ids)
@@ -96,13 +92,14 @@ def decode_with_attention(
     )
 
 
-def _greedy_steps(model, src_ids: list[int], a: float, b: int):
+def _greedy_steps(model, src_ids: list[int], max_len_a: float | None, max_len_b: int | None):
     """-> (encoder weights (L, H, S, S), output ids, per step: self and cross weights per layer)."""
-    from aiayn.decoding.common import clamp_to_positions, forbid_tokens, max_output_length
+    from aiayn.decoding.common import banned_tokens, output_limits
 
     cfg, device = model.config, next(model.parameters()).device
     enc = model.encode(torch.tensor([src_ids], dtype=torch.long, device=device), need_weights=True)  # (1, S)
-    limit = int(clamp_to_positions(max_output_length(enc.src_mask.sum(1), a, b), cfg)[0])
+    limit = int(output_limits(cfg, enc.src_mask, max_len_a, max_len_b)[0])
+    never = banned_tokens(cfg, device)[0]  # PAD, BOS: the same rule as greedy_search
     cache = model.init_cache(enc, capacity=limit + 1)
     token = torch.tensor([[cfg.bos_id]], device=device)  # (1, 1)
     out_ids, self_steps, cross_steps = [], [], []
@@ -110,7 +107,7 @@ def _greedy_steps(model, src_ids: list[int], a: float, b: int):
         out = model.decode(token, cache, need_weights=True)
         self_steps.append(out.self_attentions)  # per layer (1, H, 1, t+1)
         cross_steps.append(out.cross_attentions)  # per layer (1, H, 1, S)
-        token = forbid_tokens(out.logits[:, -1], cfg, t, 0).argmax(-1, keepdim=True)  # (1, 1)
+        token = out.logits[:, -1].index_fill_(1, never, float("-inf")).argmax(-1, keepdim=True)  # (1, 1)
         out_ids.append(int(token))
         if out_ids[-1] == cfg.eos_id:
             break
