@@ -261,7 +261,14 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="small", help="model preset (default: small; tiny for a smoke test)")
     p.add_argument("--vocab", type=int, default=VOCAB, help=f"joint vocabulary size (default: {VOCAB})")
     p.add_argument("--skip", nargs="*", default=[], choices=PEERS, help="peers to leave out")
+    p.add_argument("--module-step", action="store_true",
+                   help="ours without the inference-only fast step (decoding/incremental.py): model.decode every step")
     args = p.parse_args(argv)
+    if args.module_step:  # what the fast step is worth: compare a run with and without this flag
+        import aiayn.decoding.beam as beam_module
+        import aiayn.decoding.greedy as greedy_module
+
+        greedy_module.incremental_decoder = beam_module.incremental_decoder = lambda model: None
     torch.set_num_threads(args.threads)
     model = build_model(args.preset, args.vocab)
     rows, checks = [], []
