@@ -18,11 +18,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DemoConfig:
-    task: str = "reverse"
-    n_symbols: int = 10
-    min_len: int = 3
-    max_len: int = 10
-    n_train: int = 20000
+    task: str = DataConfig.task  # the synthetic-task defaults live in DataConfig
+    n_symbols: int = DataConfig.n_symbols
+    min_len: int = DataConfig.min_len
+    max_len: int = DataConfig.max_len
+    n_train: int = DataConfig.n_train
     n_test: int = 500
     updates: int = 1500
     batch_size: int = 64  # sentences per batch, approximately (batches are token-bucketed)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from aiayn.config import ConfigError, DecodeConfig, OptimConfig, TransformerConfig
+from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 from aiayn.io import atomic_write
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -84,7 +85,7 @@ class DataConfig:
     valid_split: str = "val"
     test_split: str = ""  # "" = none
     vocab_type: str = "bpe"  # "bpe" | "unigram" (sentencepiece) | "symbols" (whitespace symbols)
-    vocab_size: int = 8000  # sentencepiece only; "symbols" takes the symbols of the training data
+    vocab_size: int = DEFAULT_VOCAB_SIZE  # sentencepiece only; "symbols" takes the symbols of the training data
     joint_vocab: bool = True  # one vocabulary for both languages (§3.4)
     max_tokens: int = 4096  # per micro-batch: padded source + padded target elements (src.numel() + tgt_in.numel())
     batching: str = "bucket"  # "bucket": length-sorted token buckets (aiayn.data); "random": mixed lengths
