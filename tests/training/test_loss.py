@@ -76,3 +76,34 @@ def test_bf16_logits_are_upcast():
     sums = label_smoothed_loss(logits, target, 0.1, PAD)
     assert sums.loss.dtype == torch.float32
     assert float(sums.loss) == pytest.approx(brute_force(logits.float(), target, 0.1, PAD), rel=1e-5)
+
+
+def autograd_reference(logits, target, eps, pad):
+    """-Σ q log_softmax(z) with q built as a dense tensor, differentiated by autograd."""
+    V = logits.shape[-1]
+    z, y = logits.reshape(-1, V), target.reshape(-1)
+    q = torch.full_like(z, eps / (V - 1))
+    q[:, pad] = 0.0
+    q[torch.arange(len(y)), y] += 1 - eps
+    q[y == pad] = 0.0
+    return -(q * torch.log_softmax(z, -1)).sum()
+
+
+def test_gradient_matches_autograd_of_the_dense_target_distribution():
+    torch.manual_seed(2)
+    logits = torch.randn(2, 6, 9, dtype=torch.float64)
+    target = torch.randint(1, 9, (2, 6))
+    target[1, 4:] = PAD
+    ours = logits.clone().requires_grad_()
+    ref = logits.clone().requires_grad_()
+    (3.0 * label_smoothed_loss(ours, target, 0.2, PAD).loss).backward()
+    (3.0 * autograd_reference(ref, target, 0.2, PAD)).backward()
+    assert torch.allclose(ours.grad, ref.grad, atol=1e-6)
+    assert ours.grad[1, 4:].abs().max() == 0  # pad rows get nothing
+
+
+def test_gradcheck():
+    torch.manual_seed(3)
+    logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([1, 0, 6, 2, 0])
+    assert torch.autograd.gradcheck(lambda z: label_smoothed_loss(z, target, 0.1, PAD).loss, (logits,))
