@@ -30,6 +30,7 @@ class DemoConfig:
     model_overrides: tuple[tuple[str, object], ...] = (("d_model", 64), ("d_ff", 256), ("n_heads", 4))
     warmup_steps: int = 200
     lr_factor: float = 1.0
+    cooldown: float = 0.3  # the last 30% of the updates decay the lr linearly to 0
     seed: int = 1
 
 
@@ -52,7 +53,8 @@ def train_config(cfg: DemoConfig, out_dir: str | Path, progress: bool = True) ->
                         min_len=cfg.min_len, max_len=cfg.max_len, n_train=cfg.n_train, n_valid=200,
                         max_tokens=max_tokens, batching="random"),
         train=RunConfig(run_dir=str(out_dir), max_updates=cfg.updates, validate_every=max(cfg.updates // 2, 1),
-                        bleu=False, save_every_updates=max(cfg.updates // 2, 1), seed=cfg.seed, progress=progress),
+                        bleu=False, save_every_updates=max(cfg.updates // 2, 1), cooldown=cfg.cooldown,
+                        seed=cfg.seed, progress=progress),
     )
 
 

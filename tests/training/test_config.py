@@ -60,6 +60,7 @@ def test_saved_config_reads_back_identical(tmp_path):
     (GOOD, ["train.precision=fp8"], "train.precision must be one of fp32, bf16, fp16"),
     (GOOD, ["train.max_updates=0"], "set at least one of train.max_updates"),
     (GOOD, ["train.update_freq=0"], "train.update_freq must be >= 1"),
+    (GOOD, ["train.cooldown=1.0"], r"train.cooldown must be in \[0, 1\)"),
     (GOOD, ["train.schedule=cosine"], "train.schedule must be one of noam"),
     (GOOD, ["optim.label_smoothing=1.5"], r"label_smoothing must be in \[0, 1\)"),
     (GOOD, ["data.vocab_type=wordpiece"], "data.vocab_type must be one of"),

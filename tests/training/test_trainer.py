@@ -59,6 +59,27 @@ def test_schedule_steps_once_per_update(tmp_path):
     assert trainer.state.batch_index == 0 and trainer.state.epoch == 1  # 6 micro-batches = 2 updates = 1 epoch
 
 
+def test_cooldown_falls_linearly_to_zero_over_the_end_of_the_budget(tmp_path):
+    trainer = Trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=10, cooldown=0.4), tmp_path,
+                      epoch_data(6))
+    applied = []
+    step = trainer.optimizer.step
+    trainer.optimizer.step = lambda: (applied.append(trainer.optimizer.param_groups[0]["lr"]), step())
+    trainer.fit()
+    # update k (1..10) starts with k-1 of 10 updates spent; the last 40% scale by (1 - spent) / 0.4
+    factors = [min(1.0, (1 - (k - 1) / 10) / 0.4) for k in range(1, 11)]
+    assert factors[-4:] == pytest.approx([1.0, 0.75, 0.5, 0.25])
+    assert applied == pytest.approx([trainer._lr(k) * f for k, f in zip(range(1, 11), factors)])
+
+
+def test_cooldown_follows_the_clock(tmp_path):
+    trainer = Trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=0, max_minutes=10.0, cooldown=0.5),
+                      tmp_path, epoch_data(6))
+    for minutes, factor in [(0.0, 1.0), (5.0, 1.0), (7.5, 0.5), (9.0, 0.2), (12.0, 0.0)]:
+        trainer.state.elapsed = 60 * minutes
+        assert trainer._cooldown_factor() == pytest.approx(factor)
+
+
 def _train(run_dir, max_updates, resume=None, **kw):
     torch.manual_seed(0)
     model = Transformer(tiny_config(dropout=0.1, attention_dropout=0.1))

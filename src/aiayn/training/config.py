@@ -122,6 +122,7 @@ class RunConfig:
     max_epochs: int = 0  # 0 = no limit
     max_minutes: float = 0.0  # wall-clock training budget across resumes; 0 = no limit
     schedule: str = "noam"  # a name in aiayn.training.schedule.SCHEDULES
+    cooldown: float = 0.0  # final fraction of the budget over which the lr falls linearly to 0; 0 = off (the paper)
     precision: str = "fp32"  # "fp32" | "bf16" (autocast, CPU or CUDA) | "fp16" (CUDA, loss scaling)
     seed: int = 1
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N"
@@ -144,6 +145,7 @@ class RunConfig:
         for name in ("max_minutes", "save_every_minutes"):
             v = getattr(self, name)
             _check(v >= 0 and math.isfinite(v), f"train.{name} must be a finite number >= 0, got {v}")
+        _check(0.0 <= self.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {self.cooldown}")
         _check(self.max_updates or self.max_epochs or self.max_minutes,
                "set at least one of train.max_updates, train.max_epochs, train.max_minutes")
         from aiayn.training.schedule import SCHEDULES

@@ -99,6 +99,7 @@ class Trainer:
         self._signal: Optional[int] = None
         self._last_save_time = 0.0
         self._last_saved_step = -1
+        self._epoch_batches = 0
 
     # -- setup ------------------------------------------------------------------------------
     def _wrap_ddp(self, model: Transformer):
@@ -134,6 +135,35 @@ class Trainer:
     def _lr(self, step: int) -> float:
         o = self.optim_cfg
         return self.schedule(step, self.model.config.d_model, o.warmup_steps, o.lr_factor)
+
+    def _set_lr(self) -> None:
+        """The schedule at the next update, times the cooldown factor."""
+        lr = self._lr(self.state.step + 1) * self._cooldown_factor()
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
+    def _cooldown_factor(self) -> float:
+        """1 until the last `run.cooldown` of the budget, then falling linearly to 0 at its end.
+
+        The budget is whichever of max_updates, max_epochs and max_minutes runs out first
+        (warmup-stable-decay, Hägele et al. 2024): a run stopped by the clock ends with a
+        cooled-down model rather than one taken at a high learning rate.
+        """
+        if not self.run.cooldown:
+            return 1.0
+        left = 1.0 - self._budget_used()
+        return min(1.0, max(left, 0.0) / self.run.cooldown)
+
+    def _budget_used(self) -> float:
+        run, s, used = self.run, self.state, [0.0]
+        if run.max_updates:
+            used.append(s.step / run.max_updates)
+        if run.max_epochs:
+            used.append((s.epoch + s.batch_index / max(self._epoch_batches, 1)) / run.max_epochs)
+        if run.max_minutes:
+            elapsed = all_reduce([s.elapsed], self.dist, op="max")[0]  # one clock, so ranks keep one lr
+            used.append(elapsed / (60 * run.max_minutes))
+        return max(used)
 
     def resume(self, path: str | Path) -> None:
         """Continue from checkpoint `path`: weights, optimizer, RNG, data position."""
@@ -178,8 +208,7 @@ class Trainer:
             log.warning("update %d: non-finite loss (%s); skipped (%d in a row)", self.state.step + 1,
                         stats.loss, self.state.bad_updates)
         elif self.scaler is not None:
-            for g in self.optimizer.param_groups:
-                g["lr"] = self._lr(self.state.step + 1)
+            self._set_lr()
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -189,8 +218,7 @@ class Trainer:
             log.warning("update %d: non-finite gradient norm; skipped (%d in a row)", self.state.step + 1,
                         self.state.bad_updates)
         else:
-            for g in self.optimizer.param_groups:
-                g["lr"] = self._lr(self.state.step + 1)
+            self._set_lr()
             self.optimizer.step()
             stats.applied = True
         self.optimizer.zero_grad(set_to_none=True)
@@ -213,6 +241,7 @@ class Trainer:
                 n = int(all_reduce([len(batches)], self.dist, op="min")[0])  # ranks stay in step
                 if n == 0:
                     raise ValueError(f"epoch {epoch} has no training batches")
+                self._epoch_batches = n
                 while reason is None and self.state.epoch == epoch:  # _after_update ends the epoch
                     i = self.state.batch_index
                     group = [batches[j] for j in range(i, min(i + self.run.update_freq, n))]
@@ -300,7 +329,7 @@ class Trainer:
             log.info("valid at update %d: loss %.4f nll %.4f ppl %.2f%s (%.1fs)", self.state.step, row["loss"],
                      row["nll"], row["ppl"], f" bleu {row['bleu']:.2f}" if "bleu" in row else "", time.monotonic() - t)
             self.metrics.write({"step": self.state.step, "epoch": self.state.epoch, "split": "valid",
-                                **row, "lr": self._lr(max(self.state.step, 1)), "time": self._elapsed()})
+                                **row, "lr": self._applied_lr(), "time": self._elapsed()})
         has_row, nll = all_reduce([float(bool(row)), row.get("nll", 0.0)], self.dist)  # rank 0's values
         if not has_row:
             return row
@@ -341,12 +370,15 @@ class Trainer:
         return out
 
     # -- feedback ---------------------------------------------------------------------------
+    def _applied_lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
     def _elapsed(self) -> float:
         return time.monotonic() - self._t0
 
     def _log_train(self, bar) -> None:
         row = self._window.flush(self._elapsed())
-        row.update(step=self.state.step, epoch=self.state.epoch, split="train", lr=self._lr(self.state.step),
+        row.update(step=self.state.step, epoch=self.state.epoch, split="train", lr=self._applied_lr(),
                    time=self._elapsed())
         self.metrics.write(row)
         postfix = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tok/s": f"{row['tokens_per_s']:.0f}"}
