@@ -45,3 +45,9 @@ def test_train_flops_counts_one_linear_by_hand():
     dec = 2 * (6 * 4 + 2 * 8) + 2 * 2 * 4 + 4 * 2 + 4 * 2  # + memory K/V, self and cross QKᵀ/AV
     out = 2 * 2 * 8
     assert train_flops(cfg, 1, 1, 1) == 3 * (enc + dec + out)
+
+
+def test_loss_json_keys():
+    out = _last_json_line("loss.py", "--rows", "64", "--vocab", "50", "--repeats", "1", "--threads", "1", "--json")
+    assert (out["rows_n"], out["vocab"]) == (64, 50)
+    assert all(math.isfinite(out[f"{p}_ms"]) and out[f"{p}_ms"] > 0 for p in ("ours", "autograd", "torch"))
