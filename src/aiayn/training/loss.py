@@ -46,17 +46,19 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
     V = logits.shape[-1]
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, V)  # (N, V), fp32 at least
     target = target.reshape(-1)  # (N,)
-    loss, nll = _SmoothedCrossEntropy.apply(logits, target, epsilon, pad_id)
-    return LossSums(loss, nll.detach(), int((target != pad_id).sum()))
+    keep = target != pad_id  # (N,)
+    loss, nll = _SmoothedCrossEntropy.apply(logits, target, keep, epsilon, pad_id)
+    return LossSums(loss, nll.detach(), int(keep.sum()))
 
 
 class _SmoothedCrossEntropy(torch.autograd.Function):
-    """(N, V) logits, (N,) targets -> (Σ smoothed loss, Σ nll) over non-pad rows."""
+    """(N, V) logits, (N,) targets, (N,) keep mask -> (Σ smoothed loss, Σ nll) over the kept rows;
+    the nll sum is not differentiable (it is reported, not trained on)."""
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor, epsilon: float, pad_id: int):
+    def forward(ctx, logits: Tensor, target: Tensor, keep: Tensor, epsilon: float, pad_id: int):
         V = logits.shape[-1]
-        keep = (target != pad_id).to(logits.dtype)  # (N,)
+        keep = keep.to(logits.dtype)  # (N,)
         lse = torch.logsumexp(logits, dim=-1)  # (N,)
         nll = lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
         uniform = (V - 1) * lse - (logits.sum(-1) - logits[:, pad_id])  # (N,) Σ_{k≠pad} -log p(k)
@@ -75,4 +77,4 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad[:, pad_id] += eps / (V - 1)  # ... which skips pad
         grad.scatter_add_(1, target.unsqueeze(1), torch.full_like(lse, eps - 1.0).unsqueeze(1))  # - (1-ε) at y
         grad.mul_((keep * grad_loss).unsqueeze(1))  # pad rows get no gradient
-        return grad, None, None, None
+        return grad, None, None, None, None

@@ -203,12 +203,12 @@ class Trainer:
             self.scaler.unscale_(self.optimizer)
         clip = self.optim_cfg.clip_norm if self.optim_cfg.clip_norm > 0 else float("inf")
         stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        self._set_lr()  # on every rank, whichever branch follows (the cooldown may all-reduce the clock)
         if not math.isfinite(stats.loss):
             self.state.bad_updates += 1
             log.warning("update %d: non-finite loss (%s); skipped (%d in a row)", self.state.step + 1,
                         stats.loss, self.state.bad_updates)
         elif self.scaler is not None:
-            self._set_lr()
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -218,7 +218,6 @@ class Trainer:
             log.warning("update %d: non-finite gradient norm; skipped (%d in a row)", self.state.step + 1,
                         self.state.bad_updates)
         else:
-            self._set_lr()
             self.optimizer.step()
             stats.applied = True
         self.optimizer.zero_grad(set_to_none=True)
