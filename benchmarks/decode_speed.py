@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from aiayn.config import DecodeConfig, TransformerConfig
-from aiayn.decoding import beam_search, greedy_search
-from aiayn.model import Transformer
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
+from aiayn.decoding import beam_search, for_inference, greedy_search
+from aiayn.models.transformer import Transformer
 
 VOCAB, SRC_LEN, OUT_LEN, BEAM = 8000, 30, 40, 4
 STRATEGIES = {"greedy": 1, "beam4": BEAM}
@@ -68,13 +68,13 @@ def textbook(model, src, beam: int) -> list[list[int]]:
     B = src.shape[0]
     rows = torch.arange(B).repeat_interleave(beam)  # (B·K,)
     enc.memory, enc.src_mask = enc.memory[rows], enc.src_mask[rows]
-    prefix = torch.full((B * beam, 1), cfg.bos_id)  # (B·K, 1 + t)
+    prefix = torch.full((B * beam, 1), BOS_ID)  # (B·K, 1 + t)
     scores = torch.full((B, beam), float("-inf"))
     scores[:, 0] = 0.0
     for _ in range(OUT_LEN):
         cache = model.init_cache(enc, capacity=prefix.shape[1])  # nothing reused between steps
         logits = model.decode(prefix, cache).logits[:, -1].float()  # (B·K, V)
-        logits[:, [cfg.pad_id, cfg.bos_id, cfg.eos_id]] = float("-inf")
+        logits[:, [PAD_ID, BOS_ID, EOS_ID]] = float("-inf")
         logp = logits.log_softmax(-1).view(B, beam, -1)
         cand = scores[:, :, None] + logp  # (B, K, V)
         scores, flat = cand.view(B, -1).topk(beam, dim=1)  # (B, K)
@@ -94,8 +94,8 @@ def marian_from_ours(model: Transformer):
         encoder_attention_heads=c.n_heads, decoder_attention_heads=c.n_heads,
         encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff, activation_function="relu",
         dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, max_position_embeddings=512,
-        scale_embedding=True, pad_token_id=c.pad_id, eos_token_id=c.eos_id, bos_token_id=c.bos_id,
-        decoder_start_token_id=c.bos_id, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
+        scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
+        decoder_start_token_id=BOS_ID, forced_eos_token_id=None, share_encoder_decoder_embeddings=True,
         tie_word_embeddings=True,
     )
     hf = MarianMTModel(hf_cfg).eval()
@@ -231,8 +231,9 @@ def interleaved_tokens_per_second(fns: dict, runs: int) -> tuple[dict, dict]:
     return speeds, outs
 
 
-def make_peers(model: Transformer, tmp: Path, threads: int) -> dict:
-    peers = {"ours": lambda src, beam: ours(model, src, beam),
+def make_peers(model: Transformer, tmp: Path, threads: int, module_step: bool = False) -> dict:
+    decoder = model if module_step else for_inference(model)  # built once, as a Translator does
+    peers = {"ours": lambda src, beam: ours(decoder, src, beam),
              "textbook": lambda src, beam: textbook(model, src, beam)}
     try:
         hf = marian_from_ours(model)
@@ -262,18 +263,13 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=VOCAB, help=f"joint vocabulary size (default: {VOCAB})")
     p.add_argument("--skip", nargs="*", default=[], choices=PEERS, help="peers to leave out")
     p.add_argument("--module-step", action="store_true",
-                   help="ours without the inference-only fast step (decoding/incremental.py): model.decode every step")
+                   help="ours with the model's own step instead of its FastDecoder (models/fast_decoder.py)")
     args = p.parse_args(argv)
-    if args.module_step:  # what the fast step is worth: compare a run with and without this flag
-        import aiayn.decoding.beam as beam_module
-        import aiayn.decoding.greedy as greedy_module
-
-        greedy_module.incremental_decoder = beam_module.incremental_decoder = lambda model: None
     torch.set_num_threads(args.threads)
     model = build_model(args.preset, args.vocab)
     rows, checks = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads).items() if k not in args.skip}
+        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads, args.module_step).items() if k not in args.skip}
         for strategy, beam in STRATEGIES.items():
             for batch in args.batch:
                 src = sources(batch, args.vocab)

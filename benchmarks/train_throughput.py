@@ -1,4 +1,4 @@
-"""Training throughput: `aiayn.model.Transformer` against `torch.nn.Transformer`.
+"""Training throughput: `aiayn.models.transformer.Transformer` against `torch.nn.Transformer`.
 
 Both models train on the SAME token-bucketed batches in the same process, one step each
 in turn (ours fp32, theirs fp32, ours bf16, ours fp32, ...), so a noisy neighbour slows
@@ -55,7 +55,7 @@ from _common import (  # noqa: E402
 )
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, OptimConfig, TransformerConfig  # noqa: E402
-from aiayn.model import Transformer  # noqa: E402
+from aiayn.models.transformer import Transformer  # noqa: E402
 
 VOCAB = 8000
 FIRST_ID = 4  # ids 0..3 are pad, bos, eos, unk
@@ -125,7 +125,7 @@ def make_batches(n: int, max_tokens: int, seed: int) -> list[Batch]:
 # -- the reference model --------------------------------------------------------------------
 
 def _sinusoids(length: int, d_model: int) -> Tensor:
-    """§3.5, written out independently of aiayn.embeddings. -> (length, D)."""
+    """§3.5, written out independently of aiayn.modules.embeddings. -> (length, D)."""
     pos = torch.arange(length, dtype=torch.float32)[:, None]  # (T, 1)
     inv = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
     table = torch.zeros(length, d_model)
@@ -143,8 +143,8 @@ class TorchReference(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        D, self.pad_id = cfg.d_model, cfg.pad_id
-        self.embed = nn.Embedding(cfg.src_vocab_size, D, padding_idx=cfg.pad_id)
+        D, self.pad_id = cfg.d_model, PAD_ID
+        self.embed = nn.Embedding(cfg.src_vocab_size, D, padding_idx=PAD_ID)
         nn.init.normal_(self.embed.weight, std=D**-0.5)
         self.scale = math.sqrt(D)
         self.register_buffer("pe", _sinusoids(MAX_LEN + 2, D), persistent=False)

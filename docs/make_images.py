@@ -4,7 +4,7 @@
     .venv/bin/python docs/make_images.py --demo-model runs/demo/model --run demo=runs/demo \\
         --multi30k-model runs/multi30k-de-en/model --run multi30k=runs/multi30k-de-en
 
-Without --demo-model a reverse-task demo model is trained first (`aiayn.demo.run_demo`,
+Without --demo-model a reverse-task demo model is trained first (`aiayn.commands.demo.run_demo`,
 a few minutes on a CPU). Multi30k pictures are drawn only when their model is given;
 `--run NAME=RUN_DIR` draws RUN_DIR/metrics.jsonl as images/curves_NAME.png.
 Every picture is also a `aiayn plot ...` command; this script just fixes the arguments.
@@ -52,7 +52,7 @@ def attention(model_dir: Path, sentence: str, prefix: str, out: Path) -> None:
 def demo_model(given: str | None, work: Path) -> Path:
     if given:
         return Path(given)
-    from aiayn.demo import DemoConfig, run_demo
+    from aiayn.commands.demo import DemoConfig, run_demo
 
     log.info("training the reverse-task demo model (pass --demo-model to reuse one)")
     return run_demo(work / "demo", DemoConfig(task="reverse"), progress=False).model_dir

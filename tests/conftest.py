@@ -16,6 +16,17 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Downloads and the preprocessing cache go to a temporary directory, never ~/.cache."""
+    if os.environ.get("AIAYN_CACHE_DIR"):
+        yield
+        return
+    os.environ["AIAYN_CACHE_DIR"] = str(tmp_path_factory.mktemp("aiayn-cache"))
+    yield
+    del os.environ["AIAYN_CACHE_DIR"]
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn import masks
-from aiayn.attention import MultiHeadAttention, scaled_dot_product_attention
+from aiayn.modules import masks
+from aiayn.modules.attention import MultiHeadAttention, scaled_dot_product_attention
 
 D, H = 16, 4
 

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from aiayn.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
 
 
 def formula(pos: int, i: int, d: int) -> float:

@@ -4,10 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn import masks
-from aiayn.cache import KVCache
+from aiayn.modules import masks
+from aiayn.modules.cache import KVCache
 from aiayn.config import TransformerConfig
-from aiayn.layers import DecoderLayer, EncoderLayer
+from aiayn.modules.layers import DecoderLayer, EncoderLayer
 
 CFG = dict(src_vocab_size=20, d_model=16, n_heads=4, d_ff=32)
 

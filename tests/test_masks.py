@@ -1,6 +1,6 @@
 import torch
 
-from aiayn import masks
+from aiayn.modules import masks
 
 
 def test_padding_mask_truth_table():

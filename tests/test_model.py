@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from aiayn.config import TransformerConfig
-from aiayn.model import Transformer, count_parameters
+from aiayn.models.transformer import Transformer, count_parameters
 
 V = 24
 

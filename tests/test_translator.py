@@ -6,8 +6,8 @@ import torch
 from aiayn.config import DecodeConfig, TransformerConfig
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources
-from aiayn.model import Transformer
-from aiayn.translator import Translator
+from aiayn.models.transformer import Transformer
+from aiayn.decoding.translator import Translator
 
 SYMBOLS = [chr(ord("a") + i) for i in range(12)]
 

@@ -1,12 +1,13 @@
 """aiayn: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
-from aiayn.cache import KVCache
-from aiayn.config import DecodeConfig, OptimConfig, TransformerConfig
-from aiayn.model import DecoderOutput, EncoderOutput, Transformer, count_parameters
+from aiayn.config import DecodeConfig, OptimConfig, SamplingConfig, TransformerConfig
+from aiayn.models import Transformer, build_model, count_parameters, load_model
+from aiayn.models.transformer import DecoderOutput, EncoderOutput
+from aiayn.modules.cache import KVCache
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DecodeConfig", "DecoderOutput", "EncoderOutput", "KVCache", "OptimConfig", "Transformer",
-    "TransformerConfig", "count_parameters", "__version__",
+    "DecodeConfig", "DecoderOutput", "EncoderOutput", "KVCache", "OptimConfig", "SamplingConfig", "Transformer",
+    "TransformerConfig", "build_model", "count_parameters", "load_model", "__version__",
 ]

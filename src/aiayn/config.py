@@ -11,8 +11,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-# Special token ids, fixed for every vocabulary (subword or synthetic).
+# Special token ids: the one source of truth, fixed for every vocabulary (subword or
+# synthetic) and every model. Tokenizers, batches, losses and decoders all read these.
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+SPECIAL_IDS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
 
 
 class ConfigError(ValueError):
@@ -48,9 +50,6 @@ class TransformerConfig:
     share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
     tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
     layer_norm_eps: float = 1e-5
-    pad_id: int = PAD_ID
-    bos_id: int = BOS_ID
-    eos_id: int = EOS_ID
 
     def __post_init__(self) -> None:
         if self.tgt_vocab_size is None:
@@ -76,10 +75,8 @@ class TransformerConfig:
         _check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
                "share_embeddings needs a joint vocabulary (src_vocab_size == tgt_vocab_size)")
         _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
-        specials = {self.pad_id, self.bos_id, self.eos_id}
-        _check(len(specials) == 3, "pad_id, bos_id and eos_id must differ")
-        _check(max(specials) < min(self.src_vocab_size, self.tgt_vocab_size),
-               "special ids must lie inside both vocabularies")
+        _check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
+               f"both vocabularies must hold the {UNK_ID + 1} special ids")
 
     @property
     def head_dim(self) -> int:
@@ -97,6 +94,12 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TransformerConfig":
+        """Fields from a saved config.json. Files written before the special ids became
+        constants carry pad_id/bos_id/eos_id: accepted when they equal the constants."""
+        data = dict(data)
+        for key, fixed in SPECIAL_IDS.items():
+            if key in data and data.pop(key) != fixed:
+                raise ConfigError(f"{key} must be {fixed}: special ids are fixed (aiayn.config.SPECIAL_IDS)")
         return cls(**_known_fields(cls, data, "model config"))
 
 
@@ -134,10 +137,14 @@ class OptimConfig:
         _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
 
 
+DECODE_METHODS = ("beam", "greedy", "sample")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Decoding settings of §6.1: beam 4, length penalty α = 0.6, max length = a·|src| + b."""
 
+    method: str = "beam"  # "beam" (beam_size 1 = greedy) | "greedy" | "sample" (see SamplingConfig)
     beam_size: int = 4
     length_penalty: float = 0.6  # α
     length_penalty_form: str = "gnmt"  # "gnmt": ((5+|Y|)/6)^α (the paper's); "plain": |Y|^α
@@ -146,6 +153,7 @@ class DecodeConfig:
     nbest: int = 1
 
     def __post_init__(self) -> None:
+        _check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
         _check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
         _check(self.length_penalty >= 0, f"length_penalty must be >= 0, got {self.length_penalty}")
         _check(self.length_penalty_form in ("gnmt", "plain"),
@@ -153,6 +161,22 @@ class DecodeConfig:
         _check(self.max_len_a >= 0 and self.max_len_b >= 0, "max_len_a and max_len_b must be >= 0")
         _check(1 <= self.nbest <= self.beam_size,
                f"nbest must be in [1, beam_size={self.beam_size}], got {self.nbest}")
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Ancestral sampling (`aiayn.decoding.sample`): softmax(logits / temperature),
+    restricted to the top_k most probable tokens and the top_p nucleus. Not in the paper."""
+
+    temperature: float = 1.0
+    top_k: int = 0  # 0 keeps every token
+    top_p: float = 1.0  # 1.0 keeps every token
+    seed: Optional[int] = None  # None: torch's global generator
+
+    def __post_init__(self) -> None:
+        _check(self.temperature > 0, f"temperature must be positive, got {self.temperature}")
+        _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        _check(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def _known_fields(cls: type, data: dict, what: str) -> dict:
@@ -164,6 +188,6 @@ def _known_fields(cls: type, data: dict, what: str) -> dict:
 
 
 __all__ = [
-    "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "ConfigError", "TransformerConfig", "OptimConfig",
+    "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_IDS", "ConfigError", "SamplingConfig", "TransformerConfig", "OptimConfig",
     "DecodeConfig", "PRESETS",
 ]

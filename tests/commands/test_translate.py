@@ -11,8 +11,8 @@ import torch
 from aiayn.cli import main
 from aiayn.config import TransformerConfig
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-from aiayn.model import Transformer
-from aiayn.translator import Translator
+from aiayn.models.transformer import Transformer
+from aiayn.decoding.translator import Translator
 
 LINES = ["a b c", "", "d e f g h i j", "zz ☃ a", "k", "   ", "b b b b"]
 FAST = ["--beam-size", "2", "--max-len-b", "4"]

@@ -1,7 +1,9 @@
-"""A stand-in for `Transformer` whose next-token probabilities are set by hand.
+"""A model that implements only the decoding interface (`aiayn.decoding.interface`), with
+next-token probabilities set by hand: no encoder, no cache, no `config`.
 
-It keeps each row's prefix in the real `KVCache` (as fake keys), so the search's
-`reorder` calls move prefixes exactly as they move real keys and values.
+Its state is each row's prefix, so the search's `reorder` / `reorder_` calls move prefixes
+exactly as they move a real model's keys and values; a wrong reorder shows as a wrong
+hypothesis or score.
 """
 
 from __future__ import annotations
@@ -10,35 +12,42 @@ import math
 
 import torch
 
-from aiayn.cache import KVCache
-from aiayn.config import EOS_ID, PAD_ID, TransformerConfig
-from aiayn.model import DecoderOutput, EncoderOutput
+from aiayn.config import BOS_ID, EOS_ID
 
 A, B_, C, D, E = 4, 5, 6, 7, 8  # symbol ids
 
 
+class PrefixState:
+    """prefix: (N, t) long, the tokens each row has fed so far (BOS first)."""
+
+    def __init__(self, prefix: torch.Tensor):
+        self.prefix = prefix
+
+    def reorder(self, indices: torch.Tensor) -> "PrefixState":
+        return PrefixState(self.prefix.index_select(0, indices))
+
+    def reorder_(self, indices: torch.Tensor) -> "PrefixState":
+        self.prefix = self.prefix.index_select(0, indices)
+        return self
+
+
 class FakeModel:
-    """table: prefix (tuple of ids after BOS) -> {token: probability}; unlisted prefixes end."""
+    """table: prefix (tuple of ids after BOS) -> {token: probability}; unlisted prefixes end (EOS 1.0)."""
 
-    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], vocab: int = 10):
-        self.config = TransformerConfig.preset("tiny", src_vocab_size=vocab)
+    def __init__(self, table: dict[tuple[int, ...], dict[int, float]], vocab: int = 10,
+                 max_output_length: int | None = None):
         self.table, self.vocab, self.calls = table, vocab, 0
+        self.max_output_length = max_output_length
 
-    def encode(self, src: torch.Tensor) -> EncoderOutput:
-        return EncoderOutput(memory=None, src_mask=src != PAD_ID)
+    def start(self, src: torch.Tensor, capacity: int = 64) -> PrefixState:
+        return PrefixState(torch.empty(src.shape[0], 0, dtype=torch.long))
 
-    def init_cache(self, enc: EncoderOutput, capacity: int = 64) -> KVCache:
-        dummy = torch.zeros(enc.src_mask.shape[0], 1, 1, 1)
-        return KVCache([(dummy, dummy)], enc.src_mask, capacity)
-
-    def decode(self, tgt: torch.Tensor, cache: KVCache, need_weights: bool = False) -> DecoderOutput:
+    def step(self, tokens: torch.Tensor, state: PrefixState) -> torch.Tensor:
         self.calls += 1
-        keys = tgt.float()[:, None, :, None]  # (N, 1, T, 1)
-        prefix, _ = cache.append(0, keys, keys)
-        cache.advance(tgt.shape[1])
-        rows = [tuple(int(x) for x in p[1:]) for p in prefix[:, 0, :, 0].tolist()]  # drop BOS
-        logits = torch.full((len(rows), 1, self.vocab), float("-inf"))
-        for i, row in enumerate(rows):
-            for tok, p in self.table.get(row, {EOS_ID: 1.0}).items():
-                logits[i, 0, tok] = math.log(p)
-        return DecoderOutput(logits, cache)
+        state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)  # (N, t + 1)
+        logits = torch.full((len(tokens), self.vocab), float("-inf"))  # log-probabilities are valid logits
+        for i, row in enumerate(state.prefix.tolist()):
+            assert row[0] == BOS_ID
+            for tok, p in self.table.get(tuple(row[1:]), {EOS_ID: 1.0}).items():
+                logits[i, tok] = math.log(p)
+        return logits

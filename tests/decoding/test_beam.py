@@ -3,10 +3,10 @@ import math
 import pytest
 import torch
 
-from aiayn.config import EOS_ID, DecodeConfig, TransformerConfig
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, greedy_search, length_penalty
 from aiayn.decoding.common import max_output_length
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 
 from fake_decoder import A, B_, C, D, E, FakeModel
 
@@ -94,8 +94,10 @@ def sources():
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True}])
-def test_beam_one_is_greedy(overrides):
+@pytest.mark.parametrize("fast", [False, True])
+def test_beam_one_is_greedy(overrides, fast):
     model, src = tiny(**overrides), sources()
+    model = model.fast_decoder() if fast else model
     cfg = DecodeConfig(beam_size=1, length_penalty=0.0, max_len_a=1.0, max_len_b=5)
     beam = [h[0].tokens for h in beam_search(model, src, cfg)]
     assert beam == greedy_search(model, src, 1.0, 5)
@@ -103,8 +105,7 @@ def test_beam_one_is_greedy(overrides):
 
 def reference_beam(model, src_row, cfg: DecodeConfig):
     """One sentence, no cache: the whole prefix is re-run through `model(src, prefix)` each step."""
-    c = model.config
-    src = src_row[src_row != c.pad_id][None]  # (1, S) unpadded
+    src = src_row[src_row != PAD_ID][None]  # (1, S) unpadded
     limit = int(max_output_length(torch.tensor([src.shape[1]]), cfg.max_len_a, cfg.max_len_b)[0])
     lp = lambda n: float(length_penalty(n, cfg.length_penalty, cfg.length_penalty_form))  # noqa: E731
     K = cfg.beam_size
@@ -112,18 +113,18 @@ def reference_beam(model, src_row, cfg: DecodeConfig):
     for t in range(limit):
         cands = []
         for tokens, score in live:
-            prefix = torch.tensor([[c.bos_id] + tokens])
+            prefix = torch.tensor([[BOS_ID] + tokens])
             with torch.no_grad():
                 logp = torch.log_softmax(model(src, prefix)[0, -1].float(), -1)[None]
-            logp[:, [c.pad_id, c.bos_id]] = float("-inf")  # never outputs
+            logp[:, [PAD_ID, BOS_ID]] = float("-inf")  # never outputs
             logp = logp[0]
             cands += [(score + float(lp_), tokens, tok) for tok, lp_ in enumerate(logp.tolist())]
         cands.sort(key=lambda x: -x[0])
         cands = [x for x in cands[: 2 * K] if x[0] > float("-inf")]
         for s, tokens, tok in cands[:K]:
-            if tok == c.eos_id or t + 1 >= limit:
-                finished.append((tokens + ([] if tok == c.eos_id else [tok]), s / lp(t + 1)))
-        live = [(tokens + [tok], s) for s, tokens, tok in cands if tok != c.eos_id][:K]
+            if tok == EOS_ID or t + 1 >= limit:
+                finished.append((tokens + ([] if tok == EOS_ID else [tok]), s / lp(t + 1)))
+        live = [(tokens + [tok], s) for s, tokens, tok in cands if tok != EOS_ID][:K]
         if t + 1 >= limit:
             break
         kept = sorted((f[1] for f in finished), reverse=True)
@@ -133,10 +134,11 @@ def reference_beam(model, src_row, cfg: DecodeConfig):
 
 
 @pytest.mark.parametrize("form,alpha", [("gnmt", 0.6), ("plain", 1.0), ("gnmt", 0.0)])
-def test_cached_beam_equals_uncached_reference(form, alpha):
+@pytest.mark.parametrize("fast", [False, True])
+def test_cached_beam_equals_uncached_reference(form, alpha, fast):
     model, src = tiny(), sources()
     cfg = DecodeConfig(beam_size=3, nbest=3, length_penalty=alpha, length_penalty_form=form, max_len_b=6)
-    got = beam_search(model, src, cfg)
+    got = beam_search(model.fast_decoder() if fast else model, src, cfg)
     for i in range(src.shape[0]):
         ref = reference_beam(model, src[i], cfg)
         assert [h.tokens for h in got[i]] == [r[0] for r in ref]

@@ -1,32 +1,67 @@
 import torch
 
-from aiayn.cache import KVCache
-from aiayn.config import EOS_ID
-from aiayn.decoding import greedy_search
+import math
 
-from fake_decoder import A, FakeModel
+import pytest
+import torch
+
+from aiayn.config import BOS_ID, EOS_ID
+from aiayn.decoding import beam_search, greedy_search
+from aiayn.config import DecodeConfig
+
+from fake_decoder import A, B_, C, FakeModel, PrefixState
+
+
+class SourceState(PrefixState):
+    """The prefix plus each row's first source token, both following every reorder."""
+
+    def __init__(self, prefix, first):
+        super().__init__(prefix)
+        self.first = first  # (N,)
+
+    def reorder(self, indices):
+        return SourceState(self.prefix.index_select(0, indices), self.first.index_select(0, indices))
 
 
 class EndsBySource(FakeModel):
     """Emits A until the output has (first source token - 3) tokens, then EOS."""
 
-    def init_cache(self, enc, capacity: int = 64) -> KVCache:
-        first = self._src[:, :1].float()[:, :, None, None]  # (N, 1, 1, 1), follows reorder
-        return KVCache([(first, first)], enc.src_mask, capacity)
+    def start(self, src, capacity=64):
+        return SourceState(torch.empty(src.shape[0], 0, dtype=torch.long), src[:, 0].clone())
 
-    def encode(self, src):
-        self._src = src
-        return super().encode(src)
+    def step(self, tokens, state):
+        self.calls += 1
+        state.prefix = torch.cat([state.prefix, tokens[:, None]], dim=1)
+        n_out = state.prefix.shape[1] - 1  # tokens produced so far (BOS excluded)
+        done = state.first - 3 <= n_out  # (N,)
+        logits = torch.full((len(tokens), self.vocab), float("-inf"))
+        logits[:, A] = 0.0
+        logits[done, A] = float("-inf")
+        logits[done, EOS_ID] = 0.0
+        return logits
 
-    def decode(self, tgt, cache, need_weights=False):
-        out = super().decode(tgt, cache)
-        n_out = cache.length - 1  # tokens produced so far (BOS excluded)
-        ends = cache.cross_k[0][:, 0, 0, 0].long() - 3  # (N,)
-        out.logits.fill_(float("-inf"))
-        out.logits[:, 0, A] = 0.0
-        out.logits[ends <= n_out, 0, A] = float("-inf")
-        out.logits[ends <= n_out, 0, EOS_ID] = 0.0
-        return out
+
+def test_greedy_through_the_interface_exact():
+    """The most probable token at each step, from hand-set probabilities: a, then b (.5 > .3), then EOS."""
+    model = FakeModel({(): {A: 0.6, B_: 0.4}, (A,): {B_: 0.5, C: 0.3, EOS_ID: 0.2}})
+    assert greedy_search(model, torch.tensor([[A, EOS_ID]]), 1.0, 10) == [[A, B_]]
+    assert model.calls <= 8  # rows are checked for EOS every 8 steps (one host sync per 8)
+
+
+def test_beam_through_the_interface_exact():
+    """Beam 2 keeps the runner-up and finds the more probable whole output (b EOS: .36 > a EOS .24)."""
+    model = FakeModel({(): {A: 0.6, B_: 0.4}, (A,): {EOS_ID: 0.4, A: 0.35, B_: 0.25}, (B_,): {EOS_ID: 0.9, A: 0.1}})
+    cfg = DecodeConfig(beam_size=2, nbest=2, length_penalty=0.0, max_len_a=0.0, max_len_b=4)
+    hyps = beam_search(model, torch.tensor([[A, EOS_ID]]), cfg)[0]
+    assert [h.tokens for h in hyps] == [[B_], [A]]
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.36), math.log(0.24)])
+    assert greedy_search(model, torch.tensor([[A, EOS_ID]]), 0.0, 4) == [[A]]  # greedy takes a, then EOS
+
+
+def test_model_bound_on_output_length():
+    model = FakeModel({}, max_output_length=2)
+    model.table = {(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {A: 1.0}}
+    assert greedy_search(model, torch.tensor([[A, EOS_ID]]), 1.0, 50) == [[A, A]]
 
 
 def test_rows_that_finish_leave_the_batch_without_changing_results():

@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from aiayn.config import EOS_ID, TransformerConfig
+from aiayn.config import EOS_ID, SamplingConfig, TransformerConfig
 from aiayn.decoding import filter_logits, greedy_search, sample
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 
 from fake_decoder import A, B_, C, FakeModel
 
@@ -28,7 +28,7 @@ class _Always(dict):
 
 def test_filter_logits_exact():
     logits = torch.log(torch.tensor([[0.05, 0.5, 0.15, 0.3]]))
-    kept = lambda **kw: torch.isfinite(filter_logits(logits, **kw))[0].tolist()  # noqa: E731
+    kept = lambda top_k=0, top_p=1.0: torch.isfinite(filter_logits(logits, top_k, top_p))[0].tolist()  # noqa: E731
     assert kept(top_k=2) == [False, True, False, True]
     assert kept(top_p=0.7) == [False, True, False, True]  # .5 < .7, .5 + .3 reaches it
     assert kept(top_p=0.5) == [False, True, False, False]  # the top token alone reaches .5
@@ -36,7 +36,7 @@ def test_filter_logits_exact():
     assert kept(top_k=3, top_p=0.7) == [False, True, False, True]
     assert kept() == [True] * 4
     with pytest.raises(ValueError):
-        filter_logits(logits, top_p=0.0)
+        filter_logits(logits, 0, 0.0)
 
 
 @pytest.mark.parametrize("kw,allowed", [({"top_k": 2}, {A, B_}), ({"top_p": 0.7}, {A, B_}), ({"top_p": 0.5}, {A})])
@@ -44,7 +44,7 @@ def test_sampling_never_emits_excluded_tokens(kw, allowed):
     model = SameEveryStep()
     src = torch.full((300, 2), A)
     gen = torch.Generator().manual_seed(1)
-    out = sample(model, src, generator=gen, max_len_a=0.0, max_len_b=5, **kw)
+    out = sample(model, src, SamplingConfig(**kw), generator=gen, max_len_a=0.0, max_len_b=5)
     emitted = {tok for row in out for tok in row}
     assert emitted == allowed  # never an excluded token, and every allowed one shows up
 
@@ -65,5 +65,11 @@ def test_low_temperature_and_top_k_one_are_greedy():
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=20)).eval()
     src = torch.randint(4, 20, (3, 6))
     greedy = greedy_search(model, src, 1.0, 5)
-    assert sample(model, src, top_k=1, max_len_b=5, generator=torch.Generator().manual_seed(0)) == greedy
-    assert sample(model, src, temperature=1e-4, max_len_b=5, generator=torch.Generator().manual_seed(0)) == greedy
+    assert sample(model, src, SamplingConfig(top_k=1), max_len_b=5, generator=torch.Generator().manual_seed(0)) == greedy
+    assert sample(model, src, SamplingConfig(temperature=1e-4, seed=0), max_len_b=5) == greedy
+
+
+def test_seed_in_the_config_makes_sampling_reproducible():
+    model, src = SameEveryStep(), torch.full((50, 2), A)
+    run = lambda seed: sample(model, src, SamplingConfig(seed=seed), max_len_a=0.0, max_len_b=4)  # noqa: E731
+    assert run(7) == run(7) and run(7) != run(8)

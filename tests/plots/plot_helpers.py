@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from aiayn.config import TransformerConfig
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 
 SYMBOLS = list("abcdefghij")
 

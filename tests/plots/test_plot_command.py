@@ -9,7 +9,7 @@ import torch
 from aiayn.cli import build_parser, main
 from aiayn.commands.plot import _schedule_settings
 from aiayn.config import PAD_ID
-from aiayn.embeddings import sinusoid_table
+from aiayn.modules.embeddings import sinusoid_table
 from aiayn.plots import plot_masks, plot_positional, plot_schedule
 from aiayn.training.schedule import noam_lr
 from plot_helpers import assert_picture

@@ -9,8 +9,8 @@ from plot_helpers import assert_picture
 
 @pytest.mark.slow
 def test_reverse_task_cross_attention_is_anti_diagonal(tmp_path):
-    demo = pytest.importorskip("aiayn.demo")
-    result = demo.run_demo(tmp_path, demo.DemoConfig(task="reverse"), progress=False)
+    demo = pytest.importorskip("aiayn.commands.demo")
+    result = demo.run_demo(tmp_path, ['data.task="reverse"'])
     sentence = "a b c d e f g h"
     maps = attention_for_sentence(result.model_dir, sentence)
     assert maps.out_labels == "h g f e d c b a </s>".split()

@@ -5,12 +5,11 @@ import os
 import torch
 
 from aiayn.config import OptimConfig
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 from aiayn.training.config import RunConfig
 from aiayn.training.distributed import init_from_env, shutdown
-from aiayn.training.trainer import Trainer
 
-from training_helpers import batches, tiny_config
+from training_helpers import make_trainer, batches, tiny_config
 
 OPTIM = OptimConfig(warmup_steps=4, clip_norm=1.0, lr_factor=0.1)  # lr ≈ 7e-3: Adam steps ~lr, keep rounding < 1e-6
 K = 3
@@ -32,6 +31,6 @@ def _worker(rank: int, world: int, port: int, run_dir: str) -> None:
         torch.manual_seed(0)
         model = Transformer(tiny_config(dropout=0.0))
         data = shard(rank)
-        Trainer(model, OPTIM, run_config(1), run_dir, lambda e: data, dist=info).fit()
+        make_trainer(model, OPTIM, run_config(1), run_dir, lambda e: data, dist=info).fit()
     finally:
         shutdown()

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 from aiayn.training.average import average_checkpoints, average_state
 
 from training_helpers import tiny_config

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 from aiayn.training import checkpoint as ckpt
 
 from training_helpers import tiny_config
@@ -72,7 +72,7 @@ WRITER = textwrap.dedent("""
     import os, sys, torch
     sys.path.insert(0, {helpers!r})
     from training_helpers import tiny_config
-    from aiayn.model import Transformer
+    from aiayn.models.transformer import Transformer
     from aiayn.training import checkpoint as ckpt
     torch.manual_seed(int(sys.argv[2]))
     model = Transformer(tiny_config())

@@ -5,12 +5,11 @@ import socket
 import torch
 import torch.multiprocessing as mp
 
-from aiayn.model import Transformer
-from aiayn.training.trainer import Trainer
+from aiayn.models.transformer import Transformer
 
 # the worker lives in an importable module: spawned children cannot import this test file
 from ddp_worker import OPTIM, _worker, run_config, shard
-from training_helpers import tiny_config
+from training_helpers import make_trainer, tiny_config
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -26,7 +25,7 @@ def test_two_gloo_ranks_equal_one_process_on_the_combined_batches(tmp_path):
     single = Transformer(tiny_config(dropout=0.0))
     a, b = shard(0), shard(1)
     combined = [x for pair in zip(a, b) for x in pair]  # update k = [rank 0's batch k, rank 1's batch k]
-    Trainer(single, OPTIM, run_config(2), tmp_path / "single", lambda e: combined).fit()
+    make_trainer(single, OPTIM, run_config(2), tmp_path / "single", lambda e: combined).fit()
     D = single.config.d_model
     for (name, p), q in zip(single.named_parameters(), ddp.parameters()):
         if name.endswith("in_proj.bias"):

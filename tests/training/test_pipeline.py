@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from aiayn.cli import main
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.metrics import read_metrics
-from aiayn.translator import Translator
+from aiayn.decoding.translator import Translator
 
 TINY = """
 [model]
@@ -115,20 +115,23 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path, recipe):
 
 
 def test_random_batches_cover_each_example_once_within_budget():
-    from aiayn.data.synthetic import synthetic_pairs
+    """data.batching = "random": the token-bucket sampler's packer on an unsorted order, with
+    its DDP policy (every example in exactly one batch of one rank; equal batch counts)."""
+    from aiayn.data.preprocess import ParallelDataset
+    from aiayn.data.synthetic import symbols, synthetic_pairs
     from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair
-    from aiayn.data.synthetic import symbols
-    from aiayn.training.distributed import DistInfo
-    from aiayn.training.pipeline import TextSplit, encode, random_batches
 
     pairs = synthetic_pairs("reverse", 500, seed=0, max_len=9)
-    ds = encode(TextSplit([s for s, _ in pairs], [t for _, t in pairs]), TokenizerPair.shared(SymbolTokenizer(symbols(10))))
-    one = random_batches(ds, 200, seed=1, epoch=0, dist=DistInfo())
+    ds = ParallelDataset.from_corpus(pairs, TokenizerPair.shared(SymbolTokenizer(symbols(10))))
+    sampler = lambda **kw: ds.sampler(200, seed=1, sort_by_length=False, **kw)  # noqa: E731
+    one = sampler().batches(0)
     assert sorted(i for b in one for i in b) == list(range(500))
     for b in one:
         batch = ds.collate(b)
         assert batch.src.numel() + batch.tgt_in.numel() <= 200
-    assert random_batches(ds, 200, 1, 1, DistInfo()) != one  # reshuffled each epoch
-    shards = [random_batches(ds, 200, 1, 0, DistInfo(r, 2)) for r in range(2)]
+    lengths = [len(ds[i][0]) for i in one[0]]
+    assert lengths != sorted(lengths) and lengths != sorted(lengths, reverse=True)  # mixed lengths
+    assert sampler().batches(1) != one  # reshuffled each epoch
+    shards = [sampler(rank=r, world_size=2).batches(0) for r in range(2)]
     assert len(shards[0]) == len(shards[1])
-    assert not {i for b in shards[0] for i in b} & {i for b in shards[1] for i in b}
+    assert sorted(i for s in shards for b in s for i in b) == list(range(500))

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from aiayn.config import OptimConfig
-from aiayn.model import Transformer
+from aiayn.models.transformer import Transformer
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
 from aiayn.training.loss import label_smoothed_loss
 from aiayn.training.metrics import read_metrics
-from aiayn.training.trainer import Trainer, TrainingDiverged
+from aiayn.training.trainer import TrainingDiverged
 
-from training_helpers import batches, make_batch, reverse_pairs, tiny_config
+from training_helpers import make_trainer, batches, make_batch, reverse_pairs, tiny_config
 
 OPTIM = OptimConfig(warmup_steps=10, lr_factor=2.0)
 
@@ -38,7 +38,7 @@ def test_accumulated_gradient_equals_one_big_batch(tmp_path):
     micro = [make_batch(pairs[0:2]), make_batch(pairs[2:7]), make_batch(pairs[7:9])]
     model = Transformer(tiny_config(dropout=0.0))
     reference = copy.deepcopy(model)
-    trainer = Trainer(model, OPTIM, run_config(update_freq=3), tmp_path, lambda e: micro)
+    trainer = make_trainer(model, OPTIM, run_config(update_freq=3), tmp_path, lambda e: micro)
     stats = trainer.accumulate(micro)
 
     big = make_batch(pairs)
@@ -52,15 +52,15 @@ def test_accumulated_gradient_equals_one_big_batch(tmp_path):
 
 def test_schedule_steps_once_per_update(tmp_path):
     model = Transformer(tiny_config())
-    trainer = Trainer(model, OPTIM, run_config(update_freq=3, max_updates=2), tmp_path, epoch_data(6))
+    trainer = make_trainer(model, OPTIM, run_config(update_freq=3, max_updates=2), tmp_path, epoch_data(6))
     trainer.fit()
     assert trainer.state.step == 2
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer._lr(2))
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(trainer.lr_at(2))
     assert trainer.state.batch_index == 0 and trainer.state.epoch == 1  # 6 micro-batches = 2 updates = 1 epoch
 
 
 def test_cooldown_falls_linearly_to_zero_over_the_end_of_the_budget(tmp_path):
-    trainer = Trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=10, cooldown=0.4), tmp_path,
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=10, cooldown=0.4), tmp_path,
                       epoch_data(6))
     applied = []
     step = trainer.optimizer.step
@@ -69,11 +69,11 @@ def test_cooldown_falls_linearly_to_zero_over_the_end_of_the_budget(tmp_path):
     # update k (1..10) starts with k-1 of 10 updates spent; the last 40% scale by (1 - spent) / 0.4
     factors = [min(1.0, (1 - (k - 1) / 10) / 0.4) for k in range(1, 11)]
     assert factors[-4:] == pytest.approx([1.0, 0.75, 0.5, 0.25])
-    assert applied == pytest.approx([trainer._lr(k) * f for k, f in zip(range(1, 11), factors)])
+    assert applied == pytest.approx([trainer.lr_at(k) * f for k, f in zip(range(1, 11), factors)])
 
 
 def test_cooldown_follows_the_clock(tmp_path):
-    trainer = Trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=0, max_minutes=10.0, cooldown=0.5),
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=0, max_minutes=10.0, cooldown=0.5),
                       tmp_path, epoch_data(6))
     for minutes, factor in [(0.0, 1.0), (5.0, 1.0), (7.5, 0.5), (9.0, 0.2), (12.0, 0.0)]:
         trainer.state.elapsed = 60 * minutes
@@ -83,7 +83,7 @@ def test_cooldown_follows_the_clock(tmp_path):
 def _train(run_dir, max_updates, resume=None, **kw):
     torch.manual_seed(0)
     model = Transformer(tiny_config(dropout=0.1, attention_dropout=0.1))
-    trainer = Trainer(model, OPTIM, run_config(max_updates=max_updates, update_freq=2, **kw), run_dir, epoch_data())
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=max_updates, update_freq=2, **kw), run_dir, epoch_data())
     if resume is not None:
         trainer.resume(resume)
     result = trainer.fit()
@@ -118,8 +118,8 @@ def test_checkpoints_keep_last_and_final_model_dir(tmp_path):
 def test_validation_rows_best_checkpoint_and_patience(tmp_path):
     model = Transformer(tiny_config())
     valid = batches(2, 4, seed=9)
-    trainer = Trainer(model, OPTIM, run_config(max_updates=100, validate_every=2, patience=1), tmp_path,
-                      epoch_data(), valid_data=valid, bleu_fn=lambda m: 12.5)
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=100, validate_every=2, patience=1), tmp_path,
+                      epoch_data(), valid_data=valid, metrics=lambda m: {"bleu": 12.5})
     trainer.state.best_nll = -1.0  # nothing can beat it: the first validation exhausts patience
     result = trainer.fit()
     assert result.stop_reason == "patience" and trainer.state.step == 2
@@ -133,7 +133,7 @@ def test_validation_rows_best_checkpoint_and_patience(tmp_path):
 
 def test_validation_saves_best(tmp_path):
     model = Transformer(tiny_config())
-    trainer = Trainer(model, OPTIM, run_config(max_updates=2, validate_every=1), tmp_path, epoch_data(),
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=2, validate_every=1), tmp_path, epoch_data(),
                       valid_data=batches(1, 4, seed=9))
     trainer.fit()
     assert (tmp_path / "checkpoints" / "best" / ckpt.STATE_FILE).is_file()
@@ -144,7 +144,7 @@ def test_non_finite_updates_are_skipped_then_stop(tmp_path, caplog):
     model = Transformer(tiny_config())
     data = batches(4, 2, seed=0)
     bad = copy.copy(data[1])
-    trainer = Trainer(model, OPTIM, run_config(max_updates=50, max_bad_updates=3), tmp_path,
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=50, max_bad_updates=3), tmp_path,
                       lambda e: [data[0]] + [bad] * 10)
     original = trainer.accumulate  # report a NaN loss for `bad`, as an overflowing forward would
 
@@ -163,12 +163,12 @@ def test_non_finite_updates_are_skipped_then_stop(tmp_path, caplog):
 
 def test_fp16_on_cpu_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="fp16.*CUDA"):
-        Trainer(Transformer(tiny_config()), OPTIM, run_config(precision="fp16"), tmp_path, epoch_data())
+        make_trainer(Transformer(tiny_config()), OPTIM, run_config(precision="fp16"), tmp_path, epoch_data())
 
 
 def test_bf16_autocast_trains(tmp_path):
     model = Transformer(tiny_config())
-    trainer = Trainer(model, OPTIM, run_config(max_updates=3, precision="bf16"), tmp_path, epoch_data())
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=3, precision="bf16"), tmp_path, epoch_data())
     trainer.fit()
     assert trainer.state.step == 3
     assert all(p.dtype == torch.float32 for p in model.parameters())

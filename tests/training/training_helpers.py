@@ -8,7 +8,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID, TransformerConfig
+from typing import Callable
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, OptimConfig, TransformerConfig
+from aiayn.training.distributed import SINGLE
+from aiayn.training.loss import label_smoothed_loss
+from aiayn.training.schedule import lr_function
+from aiayn.training.trainer import Trainer
 
 VOCAB = 12
 
@@ -19,6 +25,36 @@ class SimpleBatch:
     tgt_in: Tensor
     tgt_out: Tensor
     n_tgt_tokens: int
+
+    def to(self, device) -> "SimpleBatch":
+        return SimpleBatch(self.src.to(device), self.tgt_in.to(device), self.tgt_out.to(device), self.n_tgt_tokens)
+
+
+class Seq2SeqTask:
+    """The trainer's view of a task, for hand-made batches: the label-smoothed loss,
+    optional extra validation metrics, nothing to add to a model directory."""
+
+    def __init__(self, label_smoothing: float, metrics: Callable[[object], dict] | None = None):
+        self.label_smoothing, self.metrics = label_smoothing, metrics
+
+    def loss(self, model, batch):
+        return label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, self.label_smoothing, PAD_ID)
+
+    def n_targets(self, batch) -> int:
+        return batch.n_tgt_tokens
+
+    def validate(self, model) -> dict:
+        return self.metrics(model) if self.metrics else {}
+
+    def save_extras(self, model_dir) -> None:
+        pass
+
+
+def make_trainer(model, optim: OptimConfig, run, run_dir, train_data, valid_data=None, metrics=None,
+                 dist=SINGLE) -> Trainer:
+    lr_at = lr_function(run.schedule, model.config.d_model, optim.warmup_steps, optim.lr_factor)
+    return Trainer(model, Seq2SeqTask(optim.label_smoothing, metrics), optim, run, run_dir, train_data, lr_at,
+                   valid_data=valid_data, dist=dist)
 
 
 def tiny_config(**overrides) -> TransformerConfig:

@@ -20,20 +20,6 @@ def add_arguments(p) -> None:
     add_decode_arguments(p)
 
 
-def score(hyps: list[str], refs: list[str], tokenize: str | None = None) -> dict:
-    """Corpus BLEU and chrF of detokenized `hyps` against one reference each."""
-    from sacrebleu.metrics import BLEU, CHRF
-
-    bleu = BLEU(tokenize=tokenize) if tokenize else BLEU()
-    chrf = CHRF()
-    b, c = bleu.corpus_score(hyps, [refs]), chrf.corpus_score(hyps, [refs])
-    return {
-        "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
-        "bleu_detail": str(b), "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
-        "n_sentences": len(hyps),
-    }
-
-
 def run(args) -> int:
     import json
 
@@ -44,7 +30,9 @@ def run(args) -> int:
     source = args.hyp or args.src
     if len(hyps) != len(refs):
         raise ValueError(f"{source} has {len(hyps)} lines but {args.ref} has {len(refs)}")
-    result = score(hyps, refs, args.tokenize)
+    from aiayn.metrics import translation_scores
+
+    result = translation_scores(hyps, refs, args.tokenize)
     if args.json:
         print(json.dumps(result))
     else:

@@ -2,13 +2,16 @@ HELP = "print parameter counts of the presets (measured and analytic)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--vocab", type=int, default=37000, help="joint vocabulary size (default: 37000, as in §5.1)")
+    from aiayn.config import TransformerConfig
+
+    p.add_argument("--vocab", type=int, default=TransformerConfig.src_vocab_size,
+                   help=f"joint vocabulary size (default: {TransformerConfig.src_vocab_size:,}, the config's, as in §5.1)")
     p.add_argument("--preset", action="append", help="preset(s) to show (default: all)")
 
 
 def run(args) -> int:
     from aiayn.config import PRESETS, TransformerConfig
-    from aiayn.model import Transformer, count_parameters
+    from aiayn.models import Transformer, count_parameters
 
     print(f"{'preset':<8}{'d_model':>8}{'heads':>6}{'layers':>8}{'d_ff':>6}{'parameters':>14}{'analytic':>14}")
     for name in args.preset or list(PRESETS):

@@ -1,8 +1,11 @@
-"""`aiayn train`: train a Transformer from a TOML config (see recipes/), or resume a run."""
+"""`aiayn train`: train a model from a TOML config (see recipes/), or resume a run."""
 
 from __future__ import annotations
 
-HELP = "train a Transformer from a TOML config (recipes/*.toml), or resume a run"
+import contextlib
+import sys
+
+HELP = "train a model from a TOML config (recipes/*.toml), or resume a run"
 
 
 def add_arguments(p) -> None:
@@ -14,11 +17,34 @@ def add_arguments(p) -> None:
     p.add_argument("--run-dir", help="shorthand for --set train.run_dir=DIR")
 
 
+@contextlib.contextmanager
+def progress_bar(cfg):
+    """A tqdm bar fed by the trainer's `progress` callback (None when `train.progress` is off
+    or on ranks other than 0)."""
+    if not (cfg.train.progress and _is_main()):
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=cfg.train.max_updates or None, unit="upd", dynamic_ncols=True, desc="train", file=sys.stderr)
+
+    def update(p) -> None:
+        if bar.n != p.step:
+            bar.update(p.step - bar.n)  # also jumps to the resumed step at the start
+        if p.postfix:
+            bar.set_postfix(p.postfix, refresh=False)
+
+    try:
+        yield update
+    finally:
+        bar.close()
+
+
 def run(args) -> int:
     import time
 
     from aiayn.training.config import load_config
-    from aiayn.training.pipeline import resume_config, train
+    from aiayn.training.pipeline import evaluate_test, resume_config, train
     from aiayn.training.trainer import TrainingDiverged
 
     overrides = list(args.overrides) + ([f"train.run_dir={args.run_dir}"] if args.run_dir else [])
@@ -32,7 +58,8 @@ def run(args) -> int:
         raise ValueError("a CONFIG.toml (or --resume RUN_DIR) is required")
     start = time.monotonic()
     try:
-        result = train(cfg, resume=bool(args.resume))
+        with progress_bar(cfg) as bar:
+            result = train(cfg, resume=bool(args.resume), progress=bar)
     except TrainingDiverged as e:
         print(f"aiayn train: {e}")
         return 3
@@ -45,13 +72,19 @@ def run(args) -> int:
     print(f"model: {cfg.train.run_dir}/model   (resume: aiayn train --resume {cfg.train.run_dir})")
     if result.stop_reason == "signal":
         return 130
-    if cfg.data.test_split and _is_main():
-        from aiayn.training.pipeline import evaluate_test
+    if _is_main():
+        _test(cfg, evaluate_test)
+    return 0
 
-        test = evaluate_test(cfg, progress=cfg.train.progress)
+
+def _test(cfg, evaluate_test) -> None:
+    from tqdm.auto import tqdm
+
+    with tqdm(unit="sent", desc="test", file=sys.stderr, disable=not cfg.train.progress) as bar:
+        test = evaluate_test(cfg, progress=bar.update)
+    if test is not None:
         print(f"test {test['split']} (beam {test['beam_size']}, alpha {test['length_penalty']}): "
               f"{test['detail']}\n  signature: {test['signature']}\n  evaluation time: {test['seconds'] / 60:.1f} min")
-    return 0
 
 
 def _is_main() -> bool:

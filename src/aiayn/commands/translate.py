@@ -5,46 +5,50 @@ from __future__ import annotations
 import sys
 from itertools import islice
 
-from aiayn.config import DecodeConfig
+from aiayn.config import DECODE_METHODS, DecodeConfig, SamplingConfig
+from aiayn.runtime import DEVICES_HELP
+from aiayn.training.config import RunConfig
 
 HELP = "translate text with a trained model directory (stdin to stdout, or --input/--output files)"
 
-_D = DecodeConfig()
+_D, _S = DecodeConfig(), SamplingConfig()
 STDIN_CHUNK = 2000  # lines translated (and written) together when reading a pipe
 
 
 def add_decode_arguments(p) -> None:
-    """Search flags shared with `aiayn evaluate`; unset flags fall back to `DecodeConfig` (§6.1)."""
+    """Search flags shared with `aiayn evaluate`. Every flag defaults to unset, which takes the
+    value of `DecodeConfig` (§6.1) or `SamplingConfig`; the help shows those values."""
     g = p.add_argument_group("decoding")
-    g.add_argument("--method", choices=["beam", "greedy", "sample"], default="beam",
-                   help="search method (default: beam; beam size 1 is greedy)")
+    g.add_argument("--method", choices=list(DECODE_METHODS), help=f"search method (default: {_D.method}; beam size 1 is greedy)")
     g.add_argument("--beam-size", type=int, help=f"beam size (default: {_D.beam_size})")
     g.add_argument("--length-penalty", type=float, help=f"α of the length penalty (default: {_D.length_penalty})")
     g.add_argument("--length-penalty-form", choices=["gnmt", "plain"],
                    help=f"gnmt: ((5+|Y|)/6)^α, plain: |Y|^α (default: {_D.length_penalty_form})")
     g.add_argument("--max-len-a", type=float, help=f"max output = a·|src| + b tokens (default a: {_D.max_len_a})")
     g.add_argument("--max-len-b", type=int, help=f"(default b: {_D.max_len_b})")
-    g.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
-    g.add_argument("--top-k", type=int, default=0, help="sample from the k most probable tokens (default: 0, all)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0, all)")
-    g.add_argument("--seed", type=int, help="sampling seed")
+    g.add_argument("--temperature", type=float, help=f"sampling temperature (default: {_S.temperature})")
+    g.add_argument("--top-k", type=int, help=f"sample from the k most probable tokens (default: {_S.top_k}, all)")
+    g.add_argument("--top-p", type=float, help=f"nucleus sampling mass (default: {_S.top_p}, all)")
+    g.add_argument("--seed", type=int, help="sampling seed (default: unseeded)")
     g.add_argument("--batch-tokens", type=int,
-                   help="padded source tokens per batch (default: aiayn.translator.DEFAULT_BATCH_TOKENS)")
+                   help="padded source tokens per batch (default: aiayn.decoding.translator.DEFAULT_BATCH_TOKENS)")
     g.add_argument("--max-input-tokens", type=int,
                    help="longer sources are truncated with a warning (default: the model's max_positions)")
-    g.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    g.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 
 def load_translator(args):
-    from aiayn.translator import Translator
+    from aiayn.decoding.translator import Translator
+    from aiayn.runtime import resolve_device
 
     kwargs = {"max_input_tokens": args.max_input_tokens}
     if args.batch_tokens is not None:
         kwargs["batch_tokens"] = args.batch_tokens
-    return Translator.from_pretrained(args.model, device=args.device, **kwargs)
+    return Translator.from_pretrained(args.model, device=resolve_device(args.device), **kwargs)
 
 
 def translate_kwargs(args) -> dict:
+    """The decoding flags as `Translator.translate` overrides; unset ones (None) keep the config's value."""
     return dict(method=args.method, beam_size=args.beam_size, length_penalty=args.length_penalty,
                 length_penalty_form=args.length_penalty_form, max_len_a=args.max_len_a,
                 max_len_b=args.max_len_b, temperature=args.temperature, top_k=args.top_k,

@@ -12,7 +12,9 @@ more than `max_tokens`.
 
 Packing. Every epoch, examples are put in a seeded random order (so equal-length examples
 mix differently each epoch), stably sorted by (source length, target length), and packed
-greedily. The batch order is then shuffled by (seed, epoch).
+greedily. The batch order is then shuffled by (seed, epoch). With `sort_by_length=False`
+the random order is packed as it is: batches of mixed lengths, under the same budget
+(more padding; it helps tiny synthetic tasks, where length-sorted batches bias updates).
 
 Shards. Batch j of the shuffled list goes to rank j % world_size. When the batch count is
 not a multiple of world_size, the largest batches are split in two until it is, so every
@@ -53,6 +55,7 @@ class TokenBucketSampler:
         rank: int = 0,
         world_size: int = 1,
         skip_overlong: bool = False,
+        sort_by_length: bool = True,
     ) -> None:
         self.src_lens = np.asarray(src_lens, dtype=np.int64)
         self.tgt_lens = np.asarray(tgt_lens, dtype=np.int64)
@@ -62,7 +65,7 @@ class TokenBucketSampler:
         if not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
         self.max_tokens, self.seed, self.shuffle = int(max_tokens), int(seed), shuffle
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.sort_by_length = rank, world_size, sort_by_length
         self.epoch = 0
         own_cost = self.src_lens + self.tgt_lens
         overlong = np.flatnonzero(own_cost > self.max_tokens)
@@ -96,10 +99,11 @@ class TokenBucketSampler:
         """All ranks' batches for `epoch`, in order; rank r takes every world_size-th from r."""
         rng = np.random.default_rng([self.seed, epoch])
         order = self._usable[rng.permutation(len(self._usable))] if self.shuffle else self._usable
-        order = order[np.lexsort((self.tgt_lens[order], self.src_lens[order]))]  # stable: ties keep random order
+        if self.sort_by_length:
+            order = order[np.lexsort((self.tgt_lens[order], self.src_lens[order]))]  # stable: ties keep random order
         batches = _pack(order, self.src_lens, self.tgt_lens, self.max_tokens)
         batches = _split_to_multiple(batches, self.world_size)
-        if self.shuffle:
+        if self.shuffle and self.sort_by_length:  # unsorted batches are in random order already
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
 
@@ -176,24 +180,23 @@ class Batch:
                      self.n_src_tokens, self.n_tgt_tokens)
 
 
-def collate(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int = PAD_ID,
-            bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> Batch:
+def collate(examples: Sequence[tuple[Sequence[int], Sequence[int]]]) -> Batch:
     """Pad a list of (source ids, target ids) into a `Batch`."""
     if not examples:
         raise ValueError("collate needs at least one example")
     n = len(examples)
     s_len = max(len(s) for s, _ in examples) + 1
     t_len = max(len(t) for _, t in examples) + 1
-    src = np.full((n, s_len), pad_id, dtype=np.int64)  # (B, S)
-    tgt_in = np.full((n, t_len), pad_id, dtype=np.int64)  # (B, T)
-    tgt_out = np.full((n, t_len), pad_id, dtype=np.int64)  # (B, T)
+    src = np.full((n, s_len), PAD_ID, dtype=np.int64)  # (B, S)
+    tgt_in = np.full((n, t_len), PAD_ID, dtype=np.int64)  # (B, T)
+    tgt_out = np.full((n, t_len), PAD_ID, dtype=np.int64)  # (B, T)
     for b, (s, t) in enumerate(examples):
         src[b, : len(s)] = s
-        src[b, len(s)] = eos_id
-        tgt_in[b, 0] = bos_id
+        src[b, len(s)] = EOS_ID
+        tgt_in[b, 0] = BOS_ID
         tgt_in[b, 1 : len(t) + 1] = t
         tgt_out[b, : len(t)] = t
-        tgt_out[b, len(t)] = eos_id
+        tgt_out[b, len(t)] = EOS_ID
     n_src = sum(len(s) + 1 for s, _ in examples)
     n_tgt = sum(len(t) + 1 for _, t in examples)
     return Batch(torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out), n_src, n_tgt)

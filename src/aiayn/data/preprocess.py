@@ -92,10 +92,11 @@ class ParallelDataset:
         return replace(self.subset(keep), stats=stats)
 
     def sampler(self, max_tokens: int, seed: int = 0, shuffle: bool = True, rank: int = 0,
-                world_size: int = 1, skip_overlong: bool = False) -> TokenBucketSampler:
+                world_size: int = 1, skip_overlong: bool = False, sort_by_length: bool = True) -> TokenBucketSampler:
         """A token-bucket sampler whose budget bounds `src.numel() + tgt_in.numel()` of each batch."""
         return TokenBucketSampler(self.src_lengths + 1, self.tgt_lengths + 1, max_tokens, seed=seed, shuffle=shuffle,
-                                  rank=rank, world_size=world_size, skip_overlong=skip_overlong)
+                                  rank=rank, world_size=world_size, skip_overlong=skip_overlong,
+                                  sort_by_length=sort_by_length)
 
     def collate(self, indices: Sequence[int]) -> Batch:
         return collate([self[i] for i in indices])

@@ -7,8 +7,8 @@
 2. `$AIAYN_DATA_DIR`, same layout; if it lacks a file, fall through.
 3. the download cache `{cache_dir}/downloads/{name}/`, default cache `~/.cache/aiayn`
    (`$AIAYN_CACHE_DIR` overrides). A cached file is re-hashed before use.
-4. a download from the corpus' public URL: streamed to a temporary file with a progress
-   bar, its sha256 checked, then renamed into the cache. A dropped connection is retried;
+4. a download from the corpus' public URL: streamed to a temporary file (progress is
+   logged every 10%), its sha256 checked, then renamed into the cache. A dropped connection is retried;
    a wrong checksum is an error at once. Nothing unverified is ever left under a cache name.
 """
 
@@ -200,8 +200,6 @@ def download(url: str, target: str | Path, sha256: Optional[str], retries: int =
 
 
 def _fetch_verified(url: str, target: Path, sha256: Optional[str], timeout_s: float) -> None:
-    from tqdm import tqdm
-
     h = hashlib.sha256()
     try:
         response = urllib.request.urlopen(url, timeout=timeout_s)  # noqa: S310 (http(s) URL from the registry)
@@ -209,13 +207,14 @@ def _fetch_verified(url: str, target: Path, sha256: Optional[str], timeout_s: fl
         raise DownloadError(f"download of {url} failed: HTTP {e.code} {e.reason}") from None
     with response, atomic_write(target) as tmp, open(tmp, "wb") as out:
         total = int(response.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=target.name, disable=None, leave=False) as bar:
-            received = 0
-            while chunk := response.read(CHUNK):
-                out.write(chunk)
-                h.update(chunk)
-                received += len(chunk)
-                bar.update(len(chunk))
+        received, next_report = 0, 0.1
+        while chunk := response.read(CHUNK):
+            out.write(chunk)
+            h.update(chunk)
+            received += len(chunk)
+            if total and received / total >= next_report:
+                log.info("%s: %d%% of %d bytes", target.name, int(100 * received / total), total)
+                next_report += 0.1
         if total is not None and received != total:
             raise http.client.IncompleteRead(b"", total - received)
         out.flush()

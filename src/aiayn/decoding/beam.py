@@ -1,4 +1,4 @@
-"""Beam search, batched over sentences × beams, on the key/value cache.
+"""Beam search, batched over sentences × beams, on the model's decoding state (its key/value cache).
 
 Scoring. A hypothesis Y is ranked by log P(Y | X) / lp(|Y|), with lp the GNMT penalty
 ((5 + |Y|) / 6) ** α by default (the paper, §6.1, α = 0.6) or |Y| ** α
@@ -18,8 +18,10 @@ sentence's length limit. Once a sentence has `nbest` finished hypotheses and thi
 bound for its best live beam is no better than its nbest-th finished score, nothing can
 enter its n-best list and it is dropped from the batch.
 
+The model is reached only through the decoding interface (`interface.Decodable`).
+
 State (B' = sentences still searching, K = beam size, t = tokens so far):
-    cache:   KVCache, N = B'·K rows; row b·K + k is beam k of active sentence b
+    state:   the model's decoding state, N = B'·K rows; row b·K + k is beam k of active sentence b
     last:    (N,) long       token each row feeds to the next step (BOS at first)
     scores:  (B', K) float   cumulative log-probability of each live beam (-inf: unused)
     history: (B', K, t) long tokens of each live beam, BOS excluded
@@ -35,9 +37,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from aiayn.config import DecodeConfig
+from aiayn.config import BOS_ID, EOS_ID, DecodeConfig
 from aiayn.decoding.common import banned_tokens, output_limits
-from aiayn.decoding.incremental import decode_step, incremental_decoder
+from aiayn.decoding.interface import Decodable
 from aiayn.decoding.length_penalty import length_penalty
 
 
@@ -59,40 +61,39 @@ class _State:
 
 
 @torch.inference_mode()
-def beam_search(model, src: Tensor, config: DecodeConfig | None = None, min_len: int = 0) -> list[list[Hypothesis]]:
+def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = None, min_len: int = 0) -> list[list[Hypothesis]]:
     """n-best lists (best first, `config.nbest` long) for each row of src (B, S).
 
     `config` defaults to `DecodeConfig()` (beam 4, GNMT α = 0.6, |src| + 50 tokens);
     `min_len` forbids EOS before that many tokens.
     """
     cfg = config or DecodeConfig()
-    enc = model.encode(src)
     B, K = src.shape[0], cfg.beam_size
-    limits = output_limits(model.config, enc.src_mask, cfg.max_len_a, cfg.max_len_b)
-    cache = model.init_cache(enc, capacity=int(limits.max()))
-    cache = cache.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
-    state = _initial_state(B, K, limits, model.config.bos_id, [[] for _ in range(B)])
-    fast, bans = incremental_decoder(model), banned_tokens(model.config, src.device)
+    limits = output_limits(model, src, cfg.max_len_a, cfg.max_len_b)
+    state = model.start(src, capacity=int(limits.max()))
+    state = state.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
+    beams = _initial_state(B, K, limits, [[] for _ in range(B)])
+    bans = banned_tokens(src.device)
     for t in range(int(limits.max())):
-        logits = decode_step(model, fast, state.last, cache)  # (N, V)
+        logits = model.step(beams.last, state)  # (N, V)
         logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < min_len)], float("-inf"))
-        n_before = state.ids.numel()
-        state, rows = _advance(state, logp, t, cfg, model.config.eos_id)
-        if state.ids.numel() == 0:
+        n_before = beams.ids.numel()
+        beams, rows = _advance(beams, logp, t, cfg)
+        if beams.ids.numel() == 0:
             break
-        if state.ids.numel() == n_before:
-            cache.reorder_self_(rows)  # beams moved within their sentence: cross K/V unchanged
+        if beams.ids.numel() == n_before:
+            state.reorder_(rows)  # beams moved within their sentence: source-side state unchanged
         else:
-            cache = cache.reorder(rows)  # finished sentences leave the batch
-    return [sorted(h, key=lambda x: -x.score)[: cfg.nbest] for h in state.finished]
+            state = state.reorder(rows)  # finished sentences leave the batch
+    return [sorted(h, key=lambda x: -x.score)[: cfg.nbest] for h in beams.finished]
 
 
-def _initial_state(B: int, K: int, limits: Tensor, bos_id: int, finished) -> _State:
+def _initial_state(B: int, K: int, limits: Tensor, finished) -> _State:
     device = limits.device
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live beam at first, so the K beams do not start as copies
     return _State(
-        last=torch.full((B * K,), bos_id, dtype=torch.long, device=device),
+        last=torch.full((B * K,), BOS_ID, dtype=torch.long, device=device),
         scores=scores,
         history=torch.empty(B, K, 0, dtype=torch.long, device=device),
         limits=limits,
@@ -101,14 +102,14 @@ def _initial_state(B: int, K: int, limits: Tensor, bos_id: int, finished) -> _St
     )
 
 
-def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig, eos_id: int) -> tuple[_State, Tensor]:
-    """One beam step. logp: (N, V). Returns the new state and the cache rows (N',) to keep."""
+def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig) -> tuple[_State, Tensor]:
+    """One beam step. logp: (N, V). Returns the new beams and the model-state rows (N',) to keep."""
     Bn, K = state.scores.shape
     V = logp.shape[-1]
     cand = logp.view(Bn, K, V).add_(state.scores[:, :, None])  # (B', K, V), in place: no new (N, V)
     top_scores, top_flat = cand.view(Bn, K * V).topk(2 * K, dim=1)  # (B', 2K), best first
     top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)
-    is_eos = top_tok == eos_id
+    is_eos = top_tok == EOS_ID
     last_step = state.limits <= t + 1  # (B',) this token is the last allowed
     _finish(state, top_scores, top_beam, top_tok, is_eos, last_step, t, cfg)
 
@@ -118,7 +119,7 @@ def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig, eos_id: int
     beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)  # (B', K)
     history = torch.cat([state.history.gather(1, beam[:, :, None].expand(-1, -1, t)), tok[:, :, None]], 2)
 
-    rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)  # (B', K) cache rows to follow
+    rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)  # (B', K) state rows to follow
     keep = ~(last_step | _cannot_improve(state, scores, cfg))  # (B',)
     if bool(keep.all()):
         return _State(tok.reshape(-1), scores, history, state.limits, state.ids, state.finished), rows.reshape(-1)

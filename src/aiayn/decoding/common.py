@@ -16,6 +16,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+
 log = logging.getLogger(__name__)
 
 
@@ -32,8 +34,6 @@ def encode_source(tokenizer, text: str, max_len: int | None = None) -> list[int]
 
 def source_ids(ids: Sequence[int], max_len: int | None = None) -> list[int]:
     """Already tokenized source ids -> ids + EOS, at most `max_len` long (EOS kept last)."""
-    from aiayn.config import EOS_ID
-
     ids = [int(i) for i in ids]
     if max_len is not None:
         if max_len < 1:
@@ -56,32 +56,25 @@ def max_output_length(src_lengths: Tensor, a: float, b: int) -> Tensor:
     return (a * src_lengths.float() + b).long().clamp_(min=1)
 
 
-def clamp_to_positions(limits: Tensor, config) -> Tensor:
-    """Learned position tables end at max_positions: never decode past them."""
-    if config.positional == "learned":
-        return limits.clamp(max=config.max_positions)
-    return limits
+def output_limits(model, src: Tensor, max_len_a: float | None = None, max_len_b: int | None = None) -> Tensor:
+    """Each sentence's maximum output length (see the convention above). src (B, S) -> (B,) long.
 
-
-def output_limits(model_config, src_mask: Tensor, max_len_a: float | None = None,
-                  max_len_b: int | None = None) -> Tensor:
-    """Each sentence's maximum output length (see the convention above). src_mask (B, S) -> (B,) long.
-
-    `None` takes the paper's value from `DecodeConfig` (§6.1: |src| + 50).
+    `None` takes the paper's value from `DecodeConfig` (§6.1: |src| + 50); the result never
+    exceeds the model's own `max_output_length` (e.g. a learned position table).
     """
-    from aiayn.config import DecodeConfig
-
     d = DecodeConfig()
     a = d.max_len_a if max_len_a is None else max_len_a
     b = d.max_len_b if max_len_b is None else max_len_b
-    return clamp_to_positions(max_output_length(src_mask.sum(1), a, b), model_config)
+    limits = max_output_length((src != PAD_ID).sum(1), a, b)
+    bound = model.max_output_length
+    return limits if bound is None else limits.clamp(max=bound)
 
 
-def banned_tokens(config, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+def banned_tokens(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """Ids that may not be produced: (PAD, BOS), and (PAD, BOS, EOS) before `min_len` tokens.
 
     Apply with `scores.index_fill_(1, banned[int(step < min_len)], -inf)`: one small
     in-place op per step and no host sync.
     """
-    always = [config.pad_id, config.bos_id]
-    return (torch.tensor(always, device=device), torch.tensor(always + [config.eos_id], device=device))
+    always = [PAD_ID, BOS_ID]
+    return (torch.tensor(always, device=device), torch.tensor(always + [EOS_ID], device=device))

@@ -1,5 +1,5 @@
-"""Batched greedy decoding with the key/value cache, and the one-token-per-row loop that
-sampling shares.
+"""Batched greedy decoding through the decoding interface (`interface.Decodable`), and the
+one-token-per-row loop that sampling shares.
 
 Every row stops at EOS or at its own length limit (`common.max_output_length`), so a
 sentence's output never depends on the rest of its batch.
@@ -12,8 +12,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decoding.common import banned_tokens, max_output_length, output_limits
-from aiayn.decoding.incremental import decode_step, incremental_decoder
+from aiayn.decoding.interface import Decodable
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
 
@@ -21,50 +22,48 @@ Picker = Callable[[Tensor], Tensor]  # scores (N, V) -> chosen ids (N,)
 
 
 @torch.inference_mode()
-def decode_rows(model, src: Tensor, pick: Picker, max_len_a: float | None = None,
+def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | None = None,
                 max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
     """Decode each row of src (B, S) one token per step, choosing with `pick`.
 
     Returns token ids without BOS/EOS. Every few steps, once a quarter of the rows are
-    done, they leave the batch (`KVCache.reorder`). State (N = rows still decoding):
+    done, they leave the batch (`state.reorder`). State (N = rows still decoding):
+        state:  the model's   from `model.start`, N rows
         tokens: (N,) long     the last token of every row (BOS at first)
         rows:   (N,) long     each row's index in src
         alive:  (N,) bool     rows that have neither produced EOS nor reached their limit
         out:    (B, L) long   produced tokens, L = the longest limit; cut at EOS/limit at the end
     """
-    cfg = model.config
-    enc = model.encode(src)
-    limits = output_limits(cfg, enc.src_mask, max_len_a, max_len_b)  # (B,)
+    limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
     steps = int(limits.max())
-    cache = model.init_cache(enc, capacity=steps)
-    fast = incremental_decoder(model)
+    state = model.start(src, capacity=steps)
     B = src.shape[0]
-    tokens = torch.full((B,), cfg.bos_id, dtype=torch.long, device=src.device)
+    tokens = torch.full((B,), BOS_ID, dtype=torch.long, device=src.device)
     rows = torch.arange(B, device=src.device)
-    out = torch.full((B, steps), cfg.pad_id, dtype=torch.long, device=src.device)
+    out = torch.full((B, steps), PAD_ID, dtype=torch.long, device=src.device)
     alive = torch.ones(B, dtype=torch.bool, device=src.device)
-    row_limits, bans = limits, banned_tokens(cfg, src.device)
+    row_limits, bans = limits, banned_tokens(src.device)
     for t in range(steps):
-        scores = decode_step(model, fast, tokens, cache)  # (N, V)
+        scores = model.step(tokens, state)  # (N, V)
         tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")))  # (N,)
         out[rows, t] = tokens
-        alive &= (tokens != cfg.eos_id) & (row_limits > t + 1)
+        alive &= (tokens != EOS_ID) & (row_limits > t + 1)
         if t % 8 == 7:  # a host sync every few steps only
             n_alive = int(alive.sum())
             if n_alive == 0:
                 break
             if n_alive <= 0.75 * alive.numel():
                 keep = alive.nonzero().squeeze(1)  # (N',)
-                cache, tokens, rows, alive, row_limits = (cache.reorder(keep), tokens[keep], rows[keep],
+                state, tokens, rows, alive, row_limits = (state.reorder(keep), tokens[keep], rows[keep],
                                                           alive[keep], row_limits[keep])
-    return _strip(out, limits, cfg.eos_id)
+    return _strip(out, limits)
 
 
-def _strip(out: Tensor, limits: Tensor, eos_id: int) -> list[list[int]]:
+def _strip(out: Tensor, limits: Tensor) -> list[list[int]]:
     rows = []
     for row, limit in zip(out.tolist(), limits.tolist()):
         row = row[:limit]
-        rows.append(row[: row.index(eos_id)] if eos_id in row else row)
+        rows.append(row[: row.index(EOS_ID)] if EOS_ID in row else row)
     return rows
 
 
@@ -72,7 +71,7 @@ def _argmax(scores: Tensor) -> Tensor:
     return scores.argmax(-1)
 
 
-def greedy_search(model, src: Tensor, max_len_a: float | None = None, max_len_b: int | None = None,
+def greedy_search(model: Decodable, src: Tensor, max_len_a: float | None = None, max_len_b: int | None = None,
                   min_len: int = 0) -> list[list[int]]:
     """argmax decoding of a padded batch src (B, S). Returns token ids without BOS/EOS.
 

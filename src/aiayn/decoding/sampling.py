@@ -9,10 +9,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from aiayn.config import SamplingConfig
 from aiayn.decoding.greedy import decode_rows
+from aiayn.decoding.interface import Decodable
 
 
-def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     """Set to -inf every logit outside the top-k and outside the top-p nucleus. (N, V) -> (N, V).
 
     top_k = 0 keeps all; top_p = 1 keeps all. The nucleus is the smallest set of most
@@ -33,18 +35,20 @@ def filter_logits(logits: Tensor, top_k: int = 0, top_p: float = 1.0) -> Tensor:
     return logits
 
 
-def sample(model, src: Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+def sample(model: Decodable, src: Tensor, config: SamplingConfig | None = None,
            generator: torch.Generator | None = None, max_len_a: float | None = None,
            max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
     """Sample one output per row of src (B, S); ids without BOS/EOS.
 
-    Probabilities are softmax(logits / temperature) restricted by `filter_logits`.
+    Probabilities are softmax(logits / temperature) restricted by `filter_logits`; `config`
+    defaults to `SamplingConfig()`. `generator` overrides the one seeded from `config.seed`.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    cfg = config or SamplingConfig()
+    if generator is None and cfg.seed is not None:
+        generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
 
     def pick(scores: Tensor) -> Tensor:  # (N, V) -> (N,)
-        probs = filter_logits(scores.float() / temperature, top_k, top_p).softmax(-1)
+        probs = filter_logits(scores.float() / cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
     return decode_rows(model, src, pick, max_len_a, max_len_b, min_len)

@@ -1,10 +1,11 @@
 """Attention maps of one translation, as the model computed them (§3.2, Figure 3-5 of the paper).
 
-`decode_with_attention` translates greedily with the key/value cache and keeps, at every
-step, the weights the model actually used: encoder self-attention, decoder masked
-self-attention and encoder-decoder (cross) attention, for every layer and head.
-`forward_attention` gives the same maps from one teacher-forced pass; the tests check the
-two agree, so the pictures show what happened during the translation.
+`decode_with_attention` translates greedily through the decoding interface (the same
+`greedy_search` as everywhere) and then asks the model for the attention of that output
+(`model.attention`, one teacher-forced pass): encoder self-attention, decoder masked
+self-attention and encoder-decoder (cross) attention, for every layer and head. Causal
+masking makes the teacher-forced pass compute exactly what the incremental steps did; the
+tests check the two agree.
 
 Axis conventions of the returned maps (T = number of generated tokens, EOS included):
     decoder row t is the decoder position whose input is `in_labels[t]` (BOS, y1, ..)
@@ -22,6 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from aiayn.config import BOS_ID, EOS_ID
+from aiayn.decoding.common import output_limits
+from aiayn.decoding.greedy import greedy_search
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure, save_png
 
 PARTS = ("encoder", "decoder", "cross")
@@ -67,51 +71,30 @@ def _stack(per_layer: list[Tensor]) -> np.ndarray:
 def decode_with_attention(
     model, src_ids: Sequence[int], max_len_a: float | None = None, max_len_b: int | None = None,
 ) -> AttentionMaps:
-    """Greedy translation of one sentence, keeping the attention of every decoding step.
+    """Greedy translation of one sentence and the attention maps of that translation.
 
-    `src_ids` follow `aiayn.decoding.common.encode_source` (ids + EOS). The decoder runs
-    incrementally (one token per step against the cache, PAD/BOS never chosen), exactly
-    as `aiayn.decoding.greedy.greedy_search`, which it matches token for token. Labels are
-    left as ids rendered with str(); `attention_for_sentence` fills in subword pieces.
+    `src_ids` follow `aiayn.decoding.common.encode_source` (ids + EOS). Labels are left as
+    ids rendered with str(); `attention_for_sentence` fills in subword pieces.
     """
     was_training = model.training
     model.eval()
     try:
-        encoder, out_ids, self_steps, cross_steps = _greedy_steps(model, list(src_ids), max_len_a, max_len_b)
+        src = torch.tensor([list(src_ids)], dtype=torch.long, device=next(model.parameters()).device)  # (1, S)
+        out_ids = _with_end(model, src, greedy_search(model, src, max_len_a, max_len_b)[0], max_len_a, max_len_b)
+        in_ids = [BOS_ID, *out_ids[:-1]]
+        weights = model.attention(src, torch.tensor([in_ids], device=src.device))  # teacher-forced, (1, T)
     finally:
         model.train(was_training)
-    T = len(out_ids)
-    decoder = np.zeros((len(self_steps[0]), model.config.n_heads, T, T), dtype=np.float32)  # future keys stay 0
-    for t, layers in enumerate(self_steps):
-        decoder[:, :, t, : t + 1] = _stack(layers)[:, :, 0]
-    cross = np.stack([_stack(layers)[:, :, 0] for layers in cross_steps], axis=2)  # (L, H, T, S)
-    in_ids = [model.config.bos_id, *out_ids[:-1]]
     return AttentionMaps(
-        list(src_ids), out_ids, encoder, decoder, cross,
+        list(src_ids), out_ids, _stack(weights.encoder), _stack(weights.decoder), _stack(weights.cross),
         [str(i) for i in src_ids], [str(i) for i in in_ids], [str(i) for i in out_ids],
     )
 
 
-def _greedy_steps(model, src_ids: list[int], max_len_a: float | None, max_len_b: int | None):
-    """-> (encoder weights (L, H, S, S), output ids, per step: self and cross weights per layer)."""
-    from aiayn.decoding.common import banned_tokens, output_limits
-
-    cfg, device = model.config, next(model.parameters()).device
-    enc = model.encode(torch.tensor([src_ids], dtype=torch.long, device=device), need_weights=True)  # (1, S)
-    limit = int(output_limits(cfg, enc.src_mask, max_len_a, max_len_b)[0])
-    never = banned_tokens(cfg, device)[0]  # PAD, BOS: the same rule as greedy_search
-    cache = model.init_cache(enc, capacity=limit + 1)
-    token = torch.tensor([[cfg.bos_id]], device=device)  # (1, 1)
-    out_ids, self_steps, cross_steps = [], [], []
-    for t in range(limit):
-        out = model.decode(token, cache, need_weights=True)
-        self_steps.append(out.self_attentions)  # per layer (1, H, 1, t+1)
-        cross_steps.append(out.cross_attentions)  # per layer (1, H, 1, S)
-        token = out.logits[:, -1].index_fill_(1, never, float("-inf")).argmax(-1, keepdim=True)  # (1, 1)
-        out_ids.append(int(token))
-        if out_ids[-1] == cfg.eos_id:
-            break
-    return _stack(enc.attentions), out_ids, self_steps, cross_steps
+def _with_end(model, src: Tensor, tokens: list[int], max_len_a, max_len_b) -> list[int]:
+    """The generated ids with the EOS that ended them, unless the length limit did."""
+    limit = int(output_limits(model, src, max_len_a, max_len_b)[0])
+    return tokens + [EOS_ID] if len(tokens) < limit else tokens
 
 
 @torch.inference_mode()
@@ -123,11 +106,10 @@ def forward_attention(model, src: Tensor, tgt_in: Tensor) -> tuple[list[Tensor],
     was_training = model.training
     model.eval()
     try:
-        enc = model.encode(src, need_weights=True)
-        out = model.decode(tgt_in, model.init_cache(enc, capacity=tgt_in.shape[1]), need_weights=True)
+        w = model.attention(src, tgt_in)
     finally:
         model.train(was_training)
-    return enc.attentions, out.self_attentions, out.cross_attentions
+    return w.encoder, w.decoder, w.cross
 
 
 def attention_for_sentence(
@@ -137,18 +119,17 @@ def attention_for_sentence(
     """Load a model directory (weights + tokenizers), translate `sentence`, return its maps."""
     from aiayn.data.tokenizer import load_tokenizers
     from aiayn.decoding.common import encode_source
-    from aiayn.model import Transformer
+    from aiayn.models import load_model
 
-    model = Transformer.from_pretrained(model_dir, device=device)
+    model = load_model(model_dir, device=device)
     tokenizers = load_tokenizers(model_dir)
     ids = encode_source(tokenizers.src, sentence)  # ids + EOS, as in training
     if len(ids) < 2:
         raise ValueError("the sentence to translate is empty")
     maps = decode_with_attention(model, ids, max_len_a, max_len_b)
-    bos = model.config.bos_id
     return AttentionMaps(
         maps.src_ids, maps.out_ids, maps.encoder, maps.decoder, maps.cross,
-        tokenizers.src.pieces(maps.src_ids), tokenizers.tgt.pieces([bos, *maps.out_ids[:-1]]),
+        tokenizers.src.pieces(maps.src_ids), tokenizers.tgt.pieces([BOS_ID, *maps.out_ids[:-1]]),
         tokenizers.tgt.pieces(maps.out_ids),
     )
 

@@ -1,4 +1,4 @@
-"""The attention masks of `aiayn.masks` as pictures (True = may attend, drawn bright)."""
+"""The attention masks of `aiayn.modules.masks` as pictures (True = may attend, drawn bright)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from aiayn import masks
+from aiayn.modules import masks
 from aiayn.config import PAD_ID
 from aiayn.plots._figure import new_figure
 
@@ -39,7 +39,7 @@ def _draw(ax, mask: np.ndarray, title: str, xlabel: str, ylabel: str) -> None:
 def plot_masks(lengths: Sequence[int] = (5, 3, 7), tgt_len: int = 6, size: tuple[int, int] = SIZE):
     """Three panels: the padding mask of a batch with these source lengths (B x S), the
     causal mask (T x T, §3.2.3), and the decoder's self-attention mask of a padded target
-    (causal & padding) for the shortest sentence, all built by `aiayn.masks`.
+    (causal & padding) for the shortest sentence, all built by `aiayn.modules.masks`.
     """
     if tgt_len < 1:
         raise ValueError(f"tgt_len must be at least 1, got {tgt_len}")

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from aiayn.config import TransformerConfig
-from aiayn.embeddings import sinusoid_table
+from aiayn.modules.embeddings import sinusoid_table
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure
 
 DEFAULT_DIMS = (4, 5, 6, 7)  # two sin/cos pairs of fairly high frequency

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from aiayn.model import CONFIG_FILE, WEIGHTS_FILE, Transformer
+from aiayn.models import CONFIG_FILE, WEIGHTS_FILE, PretrainedModel, load_model
 
 
 def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
@@ -36,15 +36,15 @@ def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
 
 
-def average_checkpoints(paths: Sequence[str | Path]) -> Transformer:
-    """A `Transformer` whose weights are the mean of the checkpoints' (configs must agree)."""
+def average_checkpoints(paths: Sequence[str | Path]) -> PretrainedModel:
+    """A model of the checkpoints' type whose weights are the mean of theirs (configs must agree)."""
     configs = [json.loads((Path(p) / CONFIG_FILE).read_text()) for p in paths if (Path(p) / CONFIG_FILE).is_file()]
     if len(configs) != len(paths):
         missing = [str(Path(p) / CONFIG_FILE) for p in paths if not (Path(p) / CONFIG_FILE).is_file()]
         raise FileNotFoundError(f"{missing[0]}: not found")
     if any(c != configs[0] for c in configs):
         raise ValueError("cannot average checkpoints of different model configs")
-    model = Transformer.from_pretrained(paths[0])
+    model = load_model(paths[0])
     params = model.state_dict()  # tied names share storage, so writing one writes both
     with torch.no_grad():
         for name, value in average_state(paths).items():

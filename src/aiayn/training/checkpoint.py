@@ -1,7 +1,7 @@
 """Training checkpoints: crash-safe directories under `RUN_DIR/checkpoints/`.
 
 A checkpoint `ckpt_00001234/` (the update number) holds
-    config.json + model.safetensors   the weights, via `Transformer.save_pretrained` (no pickle)
+    config.json + model.safetensors   the weights, via the model's `save_pretrained` (no pickle)
     trainer_state.pt                  optimizer + loss-scaler state, progress (step, epoch,
                                       batch index in the epoch's batch list, elapsed time,
                                       best validation, ...) and the RNG states of every rank
@@ -105,7 +105,7 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint `root/name` atomically (see the module docstring); returns its path.
 
-    `model` must be the bare `Transformer` (not a DDP wrapper); `rng` holds one entry per rank.
+    `model` must be the bare model (not a DDP wrapper); `rng` holds one entry per rank.
     """
     root = Path(root)
     final = root / name

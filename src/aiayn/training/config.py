@@ -84,6 +84,7 @@ class DataConfig:
     train_split: str = "train"
     valid_split: str = "val"
     test_split: str = ""  # "" = none
+    tokenizer: str = ""  # a directory holding tokenizer.json (e.g. from `aiayn prepare --out`); "" = train one per run
     vocab_type: str = "bpe"  # "bpe" | "unigram" (sentencepiece) | "symbols" (whitespace symbols)
     vocab_size: int = DEFAULT_VOCAB_SIZE  # sentencepiece only; "symbols" takes the symbols of the training data
     joint_vocab: bool = True  # one vocabulary for both languages (§3.4)
@@ -136,7 +137,7 @@ class RunConfig:
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
     max_bad_updates: int = 10  # stop after this many non-finite updates in a row
     log_every: int = 50  # updates between train rows in metrics.jsonl
-    progress: bool = True  # tqdm bar
+    progress: bool = True  # the `aiayn train` command draws a progress bar
 
     def __post_init__(self) -> None:
         _check(self.update_freq >= 1, f"train.update_freq must be >= 1, got {self.update_freq}")
@@ -167,34 +168,49 @@ SECTIONS: dict[str, type] = {
 }
 
 
+DEFAULT_TASK = "translation"  # `aiayn.tasks.TASKS` holds the others
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """The whole training config. `train` has no default: a run needs a budget."""
+    """The whole training config. `train` has no default: a run needs a budget.
+    `task` is a top-level key of the TOML file, before the sections."""
 
     train: RunConfig
     model: ModelSpec = field(default_factory=ModelSpec)
     optim: OptimConfig = field(default_factory=OptimConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    task: str = DEFAULT_TASK
+
+    def __post_init__(self) -> None:
+        from aiayn.tasks import TASKS
+
+        _check(self.task in TASKS, f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
 
     def to_dict(self) -> dict:
-        out = {"model": self.model.to_dict()}
+        out: dict[str, Any] = {"task": self.task, "model": self.model.to_dict()}
         for name in ("optim", "decode", "data", "train"):
             out[name] = dataclasses.asdict(getattr(self, name))
         return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "<config>") -> "TrainConfig":
+        data = dict(data)
+        task = data.pop("task", DEFAULT_TASK)
         unknown = sorted(set(data) - set(SECTIONS))
         if unknown:
-            raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+            raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: task, {', '.join(SECTIONS)}")
         sections = {}
         for name, section_cls in SECTIONS.items():
             body = data.get(name, {})
             if not isinstance(body, Mapping):
                 raise ConfigError(f"{source}: [{name}] must be a table, got {body!r}")
             sections[name] = _build_section(name, section_cls, body, source)
-        return cls(**sections)
+        try:
+            return cls(**sections, task=task)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
 
     def replace(self, **sections: Any) -> "TrainConfig":
         return dataclasses.replace(self, **sections)
@@ -240,12 +256,15 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
 def _apply_override(data: dict, item: str) -> None:
     key, sep, raw = item.partition("=")
     parts = key.strip().split(".")
-    if not sep or len(parts) != 2 or not all(parts):
-        raise ConfigError(f"--set expects section.key=value (e.g. train.max_updates=100), got {item!r}")
+    if not sep or not (len(parts) == 2 or parts == ["task"]) or not all(parts):
+        raise ConfigError(f"--set expects section.key=value (e.g. train.max_updates=100) or task=NAME, got {item!r}")
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw.strip()  # a bare string
+    if parts == ["task"]:
+        data["task"] = value
+        return
     section = data.setdefault(parts[0], {})
     if not isinstance(section, dict):
         raise ConfigError(f"--set {item!r}: {parts[0]} is not a section")
@@ -255,8 +274,9 @@ def _apply_override(data: dict, item: str) -> None:
 def to_toml(cfg: TrainConfig) -> str:
     """The config as TOML (sections of scalars and arrays; None values are omitted, which
     reads back as the field default, None)."""
-    lines = []
-    for name, body in cfg.to_dict().items():
+    data = cfg.to_dict()
+    lines = [f"task = {_toml_value(data.pop('task'))}", ""]
+    for name, body in data.items():
         lines.append(f"[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in body.items() if v is not None]
         lines.append("")

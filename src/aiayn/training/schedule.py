@@ -46,3 +46,9 @@ def get_schedule(name: str) -> Schedule:
     if name not in SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; choose from {', '.join(SCHEDULES)}")
     return SCHEDULES[name]
+
+
+def lr_function(name: str, d_model: int, warmup_steps: int, factor: float) -> Callable[[int], float]:
+    """step -> lr of schedule `name` for a model of width `d_model` (what the trainer is given)."""
+    schedule = get_schedule(name)
+    return lambda step: schedule(step, d_model, warmup_steps, factor)

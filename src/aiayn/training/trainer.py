@@ -1,16 +1,21 @@
 """The training loop: the paper's recipe (§5.3-§5.4) with accumulation, mixed precision,
 crash-safe checkpoints, validation, early stopping and DDP.
 
-The trainer knows nothing of where batches come from (minGPT style): it is given
-`train_data(epoch) -> Sequence[Batch]`, a deterministic list of micro-batches for this
+The trainer knows nothing of the model, the data or the loss (minGPT style). It is given
+a task (`aiayn.tasks.base.Task`: `loss(model, batch)`, `n_targets(batch)`, `validate(model)`,
+`save_extras(model_dir)`), a learning-rate function of the update number, and
+`train_data(epoch) -> Sequence[batch]`, a deterministic list of micro-batches for this
 rank and epoch, so a checkpoint can record its position as (epoch, batch index) and a
 resumed run continues with exactly the batches, RNG states and optimizer state the
 uninterrupted run would have had.
 
-Loss normalisation: each micro-batch contributes its SUMMED label-smoothed loss divided by
-the target tokens of the whole effective batch (all `update_freq` micro-batches of the
-update, on all ranks). DDP averages gradients over ranks, so the loss is also multiplied
-by the world size. The schedule is stepped once per update.
+Loss normalisation: each micro-batch contributes its SUMMED loss divided by the target
+tokens of the whole effective batch (all `update_freq` micro-batches of the update, on all
+ranks). DDP averages gradients over ranks, so the loss is also multiplied by the world
+size. The learning rate is set once per update.
+
+Progress is reported through an optional `progress(event)` callback (the `aiayn train`
+command draws a bar with it); the library itself draws nothing.
 """
 
 from __future__ import annotations
@@ -22,31 +27,30 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Protocol, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
-from torch import Tensor
+from torch import nn
 
 from aiayn.config import OptimConfig
-from aiayn.model import Transformer
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
 from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects
-from aiayn.training.loss import label_smoothed_loss
 from aiayn.training.metrics import MetricsWriter
-from aiayn.training.schedule import get_schedule
 
 log = logging.getLogger(__name__)
 
-
-class Batch(Protocol):
-    src: Tensor  # (B, S)
-    tgt_in: Tensor  # (B, T) BOS + target
-    tgt_out: Tensor  # (B, T) target + EOS, pad elsewhere
-    n_tgt_tokens: int  # non-pad positions of tgt_out
+EpochData = Callable[[int], Sequence[Any]]  # epoch -> this rank's micro-batches (each with .to(device))
 
 
-EpochData = Callable[[int], Sequence[Batch]]
+@dataclass
+class Progress:
+    """What the `progress` callback receives after every update (and once at the start)."""
+
+    step: int  # updates done
+    total: Optional[int]  # max_updates, or None
+    applied: bool  # this update changed the weights (False at the start and for skipped updates)
+    postfix: dict = field(default_factory=dict)  # loss, lr, tok/s, ... on logging updates
 
 
 class TrainingDiverged(RuntimeError):
@@ -72,25 +76,24 @@ class FitResult:
 class Trainer:
     """Trains `model` in place. Only rank 0 writes to `run_dir`.
 
+    task: the loss, the validation metrics and the model directory's extras (see module doc).
+    lr_at: update number (from 1) -> learning rate before the cooldown (`schedule.lr_function`).
     valid_data: micro-batches for the validation loss (rank 0 only).
-    bleu_fn: model -> sacreBLEU of greedy translations of the validation set (optional).
-    on_model_dir: called with the final model directory to add e.g. tokenizer files.
+    progress: called with a `Progress` after every update, on rank 0 only.
     """
 
     def __init__(
-        self, model: Transformer, optim: OptimConfig, run: RunConfig, run_dir: str | Path,
-        train_data: EpochData, valid_data: Optional[Sequence[Batch]] = None,
-        bleu_fn: Optional[Callable[[Transformer], float]] = None,
-        on_model_dir: Optional[Callable[[Path], None]] = None, dist: DistInfo = SINGLE,
+        self, model: nn.Module, task, optim: OptimConfig, run: RunConfig, run_dir: str | Path,
+        train_data: EpochData, lr_at: Callable[[int], float], valid_data: Optional[Sequence[Any]] = None,
+        dist: DistInfo = SINGLE, progress: Optional[Callable[[Progress], None]] = None,
     ):
-        self.model, self.optim_cfg, self.run, self.dist = model, optim, run, dist
+        self.model, self.task, self.optim_cfg, self.run, self.dist = model, task, optim, run, dist
         self.run_dir, self.train_data, self.valid_data = Path(run_dir), train_data, valid_data
-        self.bleu_fn, self.on_model_dir = bleu_fn, on_model_dir
+        self.lr_at, self.progress = lr_at, progress if dist.is_main else None
         self.device = next(model.parameters()).device
         self.ckpt_root = self.run_dir / ckpt.CHECKPOINT_DIR
-        self.schedule = get_schedule(run.schedule)
         self.ddp = self._wrap_ddp(model) if dist.enabled else None
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=self._lr(1), betas=optim.betas, eps=optim.eps,
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps,
                                           weight_decay=optim.weight_decay, fused=True)  # one kernel per step
         self.scaler = self._make_scaler()
         self._warn_slow_bf16()
@@ -102,7 +105,7 @@ class Trainer:
         self._epoch_batches = 0
 
     # -- setup ------------------------------------------------------------------------------
-    def _wrap_ddp(self, model: Transformer):
+    def _wrap_ddp(self, model: nn.Module):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [self.device.index] if self.device.type == "cuda" else None
@@ -132,13 +135,9 @@ class Trainer:
         dtype = torch.bfloat16 if self.run.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
-    def _lr(self, step: int) -> float:
-        o = self.optim_cfg
-        return self.schedule(step, self.model.config.d_model, o.warmup_steps, o.lr_factor)
-
     def _set_lr(self) -> None:
         """The schedule at the next update, times the cooldown factor."""
-        lr = self._lr(self.state.step + 1) * self._cooldown_factor()
+        lr = self.lr_at(self.state.step + 1) * self._cooldown_factor()
         for g in self.optimizer.param_groups:
             g["lr"] = lr
 
@@ -174,11 +173,11 @@ class Trainer:
                  self.state.epoch, self.state.batch_index)
 
     # -- one update -------------------------------------------------------------------------
-    def accumulate(self, group: Sequence[Batch]) -> UpdateStats:
+    def accumulate(self, group: Sequence[Any]) -> UpdateStats:
         """Forward/backward over the micro-batches of one update; gradients are left in .grad."""
         module = self.ddp if self.ddp is not None else self.model
         module.train()
-        tokens = int(all_reduce([sum(b.n_tgt_tokens for b in group)], self.dist)[0])
+        tokens = int(all_reduce([sum(self.task.n_targets(b) for b in group)], self.dist)[0])
         scale = self.dist.world_size / max(tokens, 1)
         loss_sum = nll_sum = 0.0
         for j, batch in enumerate(group):
@@ -186,9 +185,7 @@ class Trainer:
             sync = contextlib.nullcontext() if last or self.ddp is None else self.ddp.no_sync()
             with sync:
                 with self._autocast():
-                    logits = module(batch.src.to(self.device), batch.tgt_in.to(self.device))  # (B, T, V)
-                sums = label_smoothed_loss(logits, batch.tgt_out.to(self.device), self.optim_cfg.label_smoothing,
-                                           self.model.config.pad_id)
+                    sums = self.task.loss(module, batch.to(self.device))
                 loss = sums.loss * scale
                 (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
             loss_sum += float(sums.loss.detach())
@@ -196,7 +193,7 @@ class Trainer:
         loss_sum, nll_sum = all_reduce([loss_sum, nll_sum], self.dist)
         return UpdateStats(loss_sum, nll_sum, tokens, float("nan"), False)
 
-    def update(self, group: Sequence[Batch]) -> UpdateStats:
+    def update(self, group: Sequence[Any]) -> UpdateStats:
         """One optimizer update on `group`; non-finite updates are skipped (and counted)."""
         stats = self.accumulate(group)
         if self.scaler is not None:
@@ -233,7 +230,8 @@ class Trainer:
         self._last_save_time = self._elapsed()
         self._window = _Window(self._elapsed())
         reason, last_valid = None, {}
-        with self._signal_handlers(), self._progress() as bar:
+        self._report(False)
+        with self._signal_handlers():
             while reason is None:
                 epoch = self.state.epoch
                 batches = self.train_data(epoch)
@@ -247,13 +245,14 @@ class Trainer:
                     stats = self.update(group)
                     self.state.batch_index += len(group)
                     self._window.add(stats)
-                    bar.update(int(stats.applied))
-                    last_valid = self._after_update(stats, n, bar) or last_valid
+                    postfix = {}
+                    last_valid = self._after_update(stats, n, postfix) or last_valid
+                    self._report(stats.applied, postfix)
                     reason = self._stop_reason()
         self._finish(reason)
         return FitResult(self.state, reason, last_valid)
 
-    def _after_update(self, stats: UpdateStats, n_batches: int, bar) -> dict:
+    def _after_update(self, stats: UpdateStats, n_batches: int, postfix: dict) -> dict:
         """Bookkeeping after an update: epoch end, logging, validation, checkpoints."""
         s, run, valid = self.state, self.run, {}
         s.elapsed = self._elapsed()
@@ -266,7 +265,7 @@ class Trainer:
         if epoch_done:
             s.epoch, s.batch_index = s.epoch + 1, 0
         if stats.applied and s.step % run.log_every == 0:
-            self._log_train(bar)
+            postfix.update(self._log_train())
         if (run.validate_every and stats.applied and s.step % run.validate_every == 0) or \
                 (not run.validate_every and epoch_done):
             valid = self.validate()
@@ -309,9 +308,7 @@ class Trainer:
         loss = nll = tokens = 0.0
         for batch in self.valid_data or []:
             with self._autocast():
-                logits = self.model(batch.src.to(self.device), batch.tgt_in.to(self.device))
-            sums = label_smoothed_loss(logits, batch.tgt_out.to(self.device), self.optim_cfg.label_smoothing,
-                                       self.model.config.pad_id)
+                sums = self.task.loss(self.model, batch.to(self.device))
             loss, nll, tokens = loss + float(sums.loss), nll + float(sums.nll), tokens + sums.n_tokens
         tokens = max(tokens, 1)
         return {"loss": loss / tokens, "nll": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
@@ -322,9 +319,8 @@ class Trainer:
         if self.dist.is_main and self.valid_data:
             t = time.monotonic()
             row = self.validation_loss()
-            if self.bleu_fn is not None and self.run.bleu:
-                with self._autocast():
-                    row["bleu"] = float(self.bleu_fn(self.model))
+            with self._autocast():
+                row.update(self.task.validate(self.model))
             log.info("valid at update %d: loss %.4f nll %.4f ppl %.2f%s (%.1fs)", self.state.step, row["loss"],
                      row["nll"], row["ppl"], f" bleu {row['bleu']:.2f}" if "bleu" in row else "", time.monotonic() - t)
             self.metrics.write({"step": self.state.step, "epoch": self.state.epoch, "split": "valid",
@@ -355,7 +351,7 @@ class Trainer:
         return path
 
     def write_model_dir(self) -> Path:
-        """RUN_DIR/model: config + weights (mean of the last `average_last` checkpoints) + extras."""
+        """RUN_DIR/model: config + weights (mean of the last `average_last` checkpoints) + the task's extras."""
         from aiayn.training.average import average_checkpoints
 
         out = self.run_dir / "model"
@@ -364,8 +360,7 @@ class Trainer:
         if model is not self.model:
             log.info("final model = mean of %d checkpoints: %s", len(last), ", ".join(p.name for p in last))
         model.save_pretrained(out)
-        if self.on_model_dir is not None:
-            self.on_model_dir(out)
+        self.task.save_extras(out)
         return out
 
     # -- feedback ---------------------------------------------------------------------------
@@ -375,7 +370,8 @@ class Trainer:
     def _elapsed(self) -> float:
         return time.monotonic() - self._t0
 
-    def _log_train(self, bar) -> None:
+    def _log_train(self) -> dict:
+        """Write a train row of metrics.jsonl; returns what a progress bar shows of it."""
         row = self._window.flush(self._elapsed())
         row.update(step=self.state.step, epoch=self.state.epoch, split="train", lr=self._applied_lr(),
                    time=self._elapsed())
@@ -383,19 +379,11 @@ class Trainer:
         postfix = {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tok/s": f"{row['tokens_per_s']:.0f}"}
         if self.run.max_minutes:
             postfix["left"] = f"{max(0.0, self.run.max_minutes - self._elapsed() / 60):.1f}m"
-        bar.set_postfix(postfix, refresh=False)
+        return postfix
 
-    @contextlib.contextmanager
-    def _progress(self) -> Iterator:
-        from tqdm.auto import tqdm
-
-        total = self.run.max_updates or None
-        bar = tqdm(total=total, initial=self.state.step, unit="upd", dynamic_ncols=True,
-                   disable=not (self.run.progress and self.dist.is_main), desc="train")
-        try:
-            yield bar
-        finally:
-            bar.close()
+    def _report(self, applied: bool, postfix: Optional[dict] = None) -> None:
+        if self.progress is not None:
+            self.progress(Progress(self.state.step, self.run.max_updates or None, applied, postfix or {}))
 
     @contextlib.contextmanager
     def _signal_handlers(self) -> Iterator[None]:

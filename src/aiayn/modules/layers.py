@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.attention import MultiHeadAttention
-from aiayn.cache import KVCache
+from aiayn.modules.attention import MultiHeadAttention
+from aiayn.modules.cache import KVCache
 from aiayn.config import TransformerConfig
 
 

@@ -1,35 +1,33 @@
-"""An inference-only fast path for one decoder step: `Transformer.decode` for T = 1.
+"""`FastDecoder`: the Transformer's decoding interface with a faster one-token step, for inference.
 
 At small batch sizes a decoding step is a few dozen tiny matrix-vector products, and the
 time goes to per-op overhead and to the weight layout: a (1, D) x (D, out) product with
-the weight stored (D, out) contiguous runs ~1.5x faster on CPU BLAS than `F.linear`'s
-transposed (out, D) weight. `IncrementalDecoder` therefore keeps transposed, contiguous
-copies of the decoder weights and runs the step as plain `torch.addmm` / `layer_norm` /
+the weight stored (D, out) contiguous runs faster on CPU BLAS than `F.linear`'s transposed
+(out, D) weight. `FastDecoder` therefore keeps transposed, contiguous copies of the decoder
+weights and runs the step as plain `torch.addmm` / `layer_norm` /
 `scaled_dot_product_attention` calls on 2-D (N, D) activations, without module calls,
-dropout no-ops, per-step mask building or host syncs. The math is exactly that of
-`aiayn.layers.DecoderLayer` (post- or pre-norm) and it reads and extends the same
-`KVCache`, so it can be mixed freely with `model.decode`; the tests check the logits
-against `model.decode` at every step.
+dropout no-ops, mask building or host syncs (the cross-attention masks are built once per
+source, in the `KVCache`). The math is that of `aiayn.modules.layers.DecoderLayer` (post- or
+pre-norm, ReLU FFN); it reads and extends the same `KVCache`, and the tests check its
+logits against `Transformer.step` at every step.
 
-`incremental_decoder(model)` returns one per model, rebuilt when any decoder weight has
-been modified in place since (e.g. by an optimizer step), so it is safe to call from a
-training loop; it returns None for models it cannot handle (anything but an eval-mode
-`Transformer`), and callers then use `model.decode`.
+It is an explicit object, not a hidden memo: `Transformer.fast_decoder()` builds one (a
+`Translator` builds one when it is made, and `Translator.refresh()` rebuilds it after the
+weights change). It holds transposed copies of the weight matrices, so it must be rebuilt
+after the weights change. All per-call state is in the `KVCache`, so one `FastDecoder` serves concurrent
+calls. Built from a model whose decoder layers are not exactly `DecoderLayer` with the
+ReLU `PositionwiseFeedForward`, it refuses (ValueError), since it would compute other math.
 """
-
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn import masks
-from aiayn.cache import KVCache
-
-_BUILT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+from aiayn.modules.cache import KVCache
+from aiayn.modules.layers import DecoderLayer, PositionwiseFeedForward
 
 
 @dataclass
@@ -52,7 +50,7 @@ class _Layer:
 
 
 def _t(w: Tensor) -> Tensor:
-    return w.detach().t().contiguous()
+    return w.detach().t().contiguous()  # a copy: the FastDecoder does not follow later weight updates
 
 
 def _layer(layer) -> _Layer:
@@ -69,11 +67,14 @@ def _layer(layer) -> _Layer:
     )
 
 
-class IncrementalDecoder:
-    """`step(tokens (N,), cache) -> logits (N, V)`, equal to `model.decode(tokens[:, None], cache).logits[:, 0]`."""
+class FastDecoder:
+    """The decoding interface of `model` (a `Transformer` in eval mode) with a faster `step`:
+    `step(tokens (N,), cache) -> logits (N, V)` equals `model.step(tokens, cache)`."""
 
     def __init__(self, model):
+        _check_supported(model)
         cfg = model.config
+        self.model = model
         self.decoder = model.decoder
         self.n_heads, self.d_model = cfg.n_heads, cfg.d_model
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
@@ -82,30 +83,29 @@ class IncrementalDecoder:
         self.final_norm = None if final is None else (final.weight.detach(), final.bias.detach())
         out = model.decoder.embed.weight if model.output_proj is None else model.output_proj.weight
         self.out_w = _t(out)  # (D, V)
-        self._mask_key: Tensor | None = None
-        self._mask: tuple[Tensor | None, Tensor | None] = (None, None)
+
+    # -- the decoding interface: everything but `step` is the model's own ------------------
+    def start(self, src: Tensor, capacity: int = 64) -> KVCache:
+        return self.model.start(src, capacity)
+
+    @property
+    def max_output_length(self) -> int | None:
+        return self.model.max_output_length
+
+    def attention(self, src: Tensor, tgt_in: Tensor):
+        return self.model.attention(src, tgt_in)
 
     def _norm(self, x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
         return F.layer_norm(x, (self.d_model,), wb[0], wb[1], self.eps)
-
-    def _cross_mask(self, src_mask: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        """(attention mask (N, 1, 1, S) or None, rows-with-keys (N, 1, 1, 1) or None), memoised per src_mask."""
-        if src_mask is not self._mask_key:
-            self._mask_key = src_mask
-            if bool(src_mask.all()):
-                self._mask = (None, None)
-            else:
-                mask = masks.key_mask(src_mask)  # (N, 1, 1, S)
-                has_key = masks.rows_with_keys(mask)  # (N, 1, 1, 1)
-                self._mask = (mask, None) if bool(has_key.all()) else (mask | ~has_key, has_key)
-        return self._mask
 
     @torch.inference_mode()
     def step(self, tokens: Tensor, cache: KVCache) -> Tensor:
         N, H, D = tokens.shape[0], self.n_heads, self.d_model
         dec = self.decoder
         x = dec.embed(tokens) + dec.positions(1, start=cache.length)  # (N, D)
-        cross_mask, has_key = self._cross_mask(cache.src_mask)
+        cross_mask, has_key = cache.cross_mask, cache.has_source  # (N, 1, 1, S), (N, 1, 1, 1) or None
+        if has_key is not None:
+            cross_mask = cross_mask | ~has_key  # an empty row attends everywhere, then is zeroed
         for i, p in enumerate(self.layers):
             h = self._norm(x, p.sa_norm) if self.norm_first else x
             qkv = torch.addmm(p.qkv_b, h, p.qkv_w).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
@@ -131,34 +131,10 @@ class IncrementalDecoder:
         return x @ self.out_w  # (N, V)
 
 
-def _signature(model) -> tuple | None:
-    """Identity and in-place-modification counters of every decoder weight; None if untrackable."""
-    params = list(model.decoder.parameters())
-    if model.output_proj is not None:
-        params.append(model.output_proj.weight)
-    if any(p.is_inference() for p in params):
-        return None  # created under inference_mode: no version counters
-    return tuple((p.data_ptr(), p._version) for p in params)
-
-
-def incremental_decoder(model) -> IncrementalDecoder | None:
-    """The fast step for `model`, or None when it does not apply (not a Transformer, training mode)."""
-    from aiayn.model import Transformer
-
-    if not isinstance(model, Transformer) or model.training:
-        return None
-    sig = _signature(model)
-    if sig is None:
-        return IncrementalDecoder(model)  # cannot tell whether weights change: never reuse
-    built = _BUILT.get(model)
-    if built is None or built[0] != sig:
-        built = (sig, IncrementalDecoder(model))
-        _BUILT[model] = built
-    return built[1]
-
-
-def decode_step(model, fast: IncrementalDecoder | None, tokens: Tensor, cache: KVCache) -> Tensor:
-    """Logits (N, V) for the next token of every row; tokens: (N,) the last token of each row."""
-    if fast is not None:
-        return fast.step(tokens, cache)
-    return model.decode(tokens[:, None], cache).logits[:, -1]
+def _check_supported(model) -> None:
+    if model.training:
+        raise ValueError("FastDecoder is for inference: call model.eval() first")
+    for layer in model.decoder.layers:
+        if type(layer) is not DecoderLayer or type(layer.ff) is not PositionwiseFeedForward:
+            raise ValueError(f"FastDecoder computes DecoderLayer with a ReLU FFN; got {type(layer).__name__} "
+                             f"with {type(layer.ff).__name__}: decode with the model itself")

@@ -1,15 +1,23 @@
-"""The key/value cache for incremental decoding.
+"""The key/value cache for incremental decoding: the encoder-decoder's decoding state.
 
-An explicit object: `Transformer.init_cache` makes one, `Transformer.decode` takes it,
-appends to it and returns it. Nothing is hidden on modules. Cross-attention keys and
-values are computed once per source, in `init_cache`; self-attention keys and values
-grow by one step per decoded token in preallocated buffers (no per-step `torch.cat`).
+An explicit object: `Transformer.init_cache` (or `start`) makes one, `Transformer.decode`
+(or `step`) takes it and appends to it. Nothing is hidden on modules, and everything one
+decoding call needs lives here, so concurrent calls on one model never share state.
+Cross-attention keys and values, and the cross-attention masks, are computed once per
+source; self-attention keys and values grow by one step per decoded token in
+preallocated buffers (no per-step `torch.cat`).
 
 State, per decoder layer l (K = batch rows, beams included):
     cross_k[l], cross_v[l]: (K, H, S, Dh)   projected encoder output, fixed
     self_k[l],  self_v[l]:  (K, H, C, Dh)   buffers of capacity C >= length
     src_mask:               (K, S) bool     True at real source tokens
+    cross_mask:             (K, 1, 1, S) bool, or None when no row is padded
+    has_source:             (K, 1, 1, 1) bool, or None when every row has a source token;
+                            a row without one attends to nothing and gets zeros
     length:                 int             target positions already decoded
+
+It implements `aiayn.decoding.interface.DecoderState`: `reorder` (any rows) and
+`reorder_` (in place, rows of the same source).
 """
 
 from __future__ import annotations
@@ -17,12 +25,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from aiayn.modules import masks
+
 
 class KVCache:
     def __init__(self, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, capacity: int = 64):
         self.cross_k = [k for k, _ in cross_kv]
         self.cross_v = [v for _, v in cross_kv]
         self.src_mask = src_mask
+        self.cross_mask, self.has_source = _cross_masks(src_mask)
         self.self_k: list[Tensor | None] = [None] * len(cross_kv)
         self.self_v: list[Tensor | None] = [None] * len(cross_kv)
         self.length = 0
@@ -65,6 +76,8 @@ class KVCache:
         out.cross_k = [pick(t) for t in self.cross_k]
         out.cross_v = [pick(t) for t in self.cross_v]
         out.src_mask = pick(self.src_mask)
+        out.cross_mask = None if self.cross_mask is None else pick(self.cross_mask)
+        out.has_source = None if self.has_source is None else pick(self.has_source)
         out.self_k = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_k]
         out.self_v = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_v]
         out.length = self.length
@@ -75,7 +88,7 @@ class KVCache:
                 out.self_v[layer] = out._grow(v, v, self.capacity)
         return out
 
-    def reorder_self_(self, indices: Tensor) -> "KVCache":
+    def reorder_(self, indices: Tensor) -> "KVCache":
         """In place: row i of the self-attention keys/values becomes row indices[i] (K,) -> (K,).
 
         Cross-attention keys/values and src_mask are left as they are, so this is valid only
@@ -84,7 +97,7 @@ class KVCache:
         Use `reorder` to change which sources the rows hold. Only the filled positions are
         copied, into a second buffer kept for the next call (no allocation per step).
         """
-        spares = self.__dict__.setdefault("_spares", {})
+        spares = self.__dict__.setdefault("_spares", {})  # this cache's own second buffers
         for layer in range(len(self.self_k)):
             for name, bufs in (("k", self.self_k), ("v", self.self_v)):
                 buf = bufs[layer]
@@ -100,3 +113,12 @@ class KVCache:
     @property
     def batch_size(self) -> int:
         return self.src_mask.shape[0]
+
+
+def _cross_masks(src_mask: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    """(attention mask (K, 1, 1, S) or None, rows-with-keys (K, 1, 1, 1) or None); see the module doc."""
+    if bool(src_mask.all()):
+        return None, None
+    mask = masks.key_mask(src_mask)  # (K, 1, 1, S)
+    has_key = masks.rows_with_keys(mask)  # (K, 1, 1, 1)
+    return mask, (None if bool(has_key.all()) else has_key)

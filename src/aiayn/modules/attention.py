@@ -1,6 +1,6 @@
 """Scaled dot-product and multi-head attention (§3.2).
 
-Masks are boolean with True = may attend (see `aiayn.masks`), broadcastable to
+Masks are boolean with True = may attend (see `aiayn.modules.masks`), broadcastable to
 (B, H, Tq, Tk). A query row with no key to attend yields zeros, never NaN.
 """
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn import masks
+from aiayn.modules import masks
 
 
 def scaled_dot_product_attention(

@@ -44,7 +44,8 @@ def sinusoid_table(length: int, d_model: int, start: int = 0) -> Tensor:
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoids (§3.5). Valid for any position: the table grows on demand."""
+    """Fixed sinusoids (§3.5). Valid for any position: positions past the precomputed table
+    are computed for that call (the module is never modified, so concurrent calls are safe)."""
 
     def __init__(self, d_model: int, initial_length: int = 1024):
         super().__init__()
@@ -55,7 +56,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         """Encodings for positions start .. start + length - 1: (length, D)."""
         end = start + length
         if end > self.table.shape[0]:
-            self.table = sinusoid_table(max(end, 2 * self.table.shape[0]), self.d_model).to(self.table.device)
+            return sinusoid_table(length, self.d_model, start).to(self.table.device)
         return self.table[start:end]
 
 

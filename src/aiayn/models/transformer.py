@@ -3,27 +3,23 @@
 Shape legend, used in comments throughout the package:
     B batch, S source length, T target length (new positions), P cached target positions,
     D d_model, H heads, Dh head dim (D / H), V vocabulary, K beam (rows = B * K).
-Masks are boolean, True = may attend (`aiayn.masks`).
+Masks are boolean, True = may attend (`aiayn.modules.masks`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn import masks
-from aiayn.cache import KVCache
-from aiayn.config import TransformerConfig
-from aiayn.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
-from aiayn.io import atomic_write
-from aiayn.layers import DecoderLayer, EncoderLayer
-
-CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+from aiayn.config import PAD_ID, TransformerConfig
+from aiayn.models.base import PretrainedModel
+from aiayn.modules import masks
+from aiayn.modules.cache import KVCache
+from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.modules.layers import DecoderLayer, EncoderLayer
 
 
 @dataclass
@@ -83,11 +79,9 @@ class Decoder(nn.Module):
     def forward(self, tgt: Tensor, cache: KVCache, need_weights: bool = False):
         """tgt: (B, T) ids at positions cache.length ...; returns hidden (B, T, D) and weights."""
         x = self.dropout(self.embed(tgt) + self.positions(tgt.shape[1], start=cache.length))
-        src_mask = cache.src_mask
-        cross_mask = None if bool(src_mask.all()) else masks.key_mask(src_mask)  # (B, 1, 1, S)
         self_ws, cross_ws = [], []
         for layer in self.layers:
-            x, sw, cw = layer(x, cache, cross_mask, need_weights)
+            x, sw, cw = layer(x, cache, cache.cross_mask, need_weights)
             self_ws.append(sw)
             cross_ws.append(cw)
         cache.advance(tgt.shape[1])
@@ -96,28 +90,45 @@ class Decoder(nn.Module):
         return x, (self_ws if need_weights else None), (cross_ws if need_weights else None)
 
 
-class Transformer(nn.Module):
+@dataclass
+class AttentionWeights:
+    """Attention of one teacher-forced pass, per layer: encoder (B, H, S, S),
+    decoder (B, H, T, T), cross (B, H, T, S)."""
+
+    encoder: list[Tensor]
+    decoder: list[Tensor]
+    cross: list[Tensor]
+
+
+class Transformer(PretrainedModel):
     """The encoder-decoder of Figure 1.
 
     Shape:
-        src: (B, S) token ids, padded with `pad_id`; tgt: (B, T) decoder input ids
+        src: (B, S) token ids, padded with PAD_ID; tgt: (B, T) decoder input ids
         (BOS + target prefix); forward returns logits (B, T, V_tgt).
+
+    Implements the decoding interface (`aiayn.decoding.interface.Decodable`): `start`,
+    `step`, `max_output_length`, `attention`; its decoding state is the `KVCache`.
+    `fast_decoder()` gives an inference-only object with the same interface and faster steps.
     """
 
+    model_type = "encoder-decoder"
+    config_class = TransformerConfig
+
     def __init__(self, config: TransformerConfig):
-        super().__init__()
-        self.config = cfg = config
-        src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model, cfg.pad_id)
-        tgt_embed = src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, cfg.d_model, cfg.pad_id)
+        super().__init__(config)
+        cfg = config
+        src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model, PAD_ID)
+        tgt_embed = src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, cfg.d_model, PAD_ID)
         self.encoder = Encoder(cfg, src_embed)
         self.decoder = Decoder(cfg, tgt_embed)
         self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         if self.output_proj is not None:
             nn.init.normal_(self.output_proj.weight, std=cfg.d_model**-0.5)
 
-    # -- the three public entry points ------------------------------------------------
+    # -- the model's own entry points -------------------------------------------------------
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOutput:
-        src_mask = masks.padding_mask(src, self.config.pad_id)  # (B, S)
+        src_mask = masks.padding_mask(src, PAD_ID)  # (B, S)
         memory, weights = self.encoder(src, src_mask, need_weights)
         return EncoderOutput(memory, src_mask, weights)
 
@@ -146,43 +157,33 @@ class Transformer(nn.Module):
         enc = self.encode(src)
         return self.decode(tgt, self.init_cache(enc, capacity=tgt.shape[1])).logits
 
-    # -- parameters and persistence ------------------------------------------------------
-    def num_parameters(self) -> int:
-        """Distinct trainable parameters (tied matrices count once)."""
-        return sum(p.numel() for p in self.parameters())
+    # -- the decoding interface (aiayn.decoding.interface) ----------------------------------
+    def start(self, src: Tensor, capacity: int = 64) -> KVCache:
+        """Encode src (B, S) and return the decoding state, room for `capacity` steps."""
+        return self.init_cache(self.encode(src), capacity)
 
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write config.json and model.safetensors (no pickle), each atomically."""
-        from safetensors.torch import save_model
+    def step(self, tokens: Tensor, state: KVCache) -> Tensor:
+        """tokens (N,): each row's last token -> next-token logits (N, V); `state` grows by one."""
+        return self.decode(tokens[:, None], state).logits[:, -1]
 
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        with atomic_write(directory / CONFIG_FILE) as tmp:
-            tmp.write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        with atomic_write(directory / WEIGHTS_FILE) as tmp:
-            save_model(self, str(tmp))
-        return directory
+    @property
+    def max_output_length(self) -> int | None:
+        """Learned position tables end at max_positions; sinusoids never end."""
+        return self.config.max_positions if self.config.positional == "learned" else None
 
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "Transformer":
-        """Read a directory written by `save_pretrained`. Errors name the missing or bad file."""
-        from safetensors.torch import load_model
+    @torch.inference_mode()
+    def attention(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
+        """Every attention map of one teacher-forced pass: src (B, S), tgt_in (B, T) = BOS + prefix."""
+        enc = self.encode(src, need_weights=True)
+        out = self.decode(tgt_in, self.init_cache(enc, capacity=tgt_in.shape[1]), need_weights=True)
+        return AttentionWeights(enc.attentions, out.self_attentions, out.cross_attentions)
 
-        directory = Path(directory)
-        config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
-        for path in (config_path, weights_path):
-            if not path.is_file():
-                raise FileNotFoundError(f"{path}: not found; is {directory} a model directory?")
-        try:
-            config = TransformerConfig.from_dict(json.loads(config_path.read_text()))
-        except (json.JSONDecodeError, TypeError) as e:
-            raise ValueError(f"{config_path}: not a valid model config ({e})") from e
-        model = cls(config)
-        try:
-            load_model(model, str(weights_path), device=str(device))
-        except Exception as e:  # safetensors raises several types for truncated/corrupt files
-            raise ValueError(f"{weights_path}: cannot load weights ({e})") from e
-        return model.to(device).eval()
+    def fast_decoder(self) -> "FastDecoder":
+        """An inference-only view with faster steps (`aiayn.models.fast_decoder`); rebuild it after
+        the weights change."""
+        from aiayn.models.fast_decoder import FastDecoder
+
+        return FastDecoder(self)
 
 
 def count_parameters(cfg: TransformerConfig) -> int:

@@ -5,6 +5,10 @@ Sources are encoded as token ids + EOS (`aiayn.decoding.encode_source`, the conv
 the trainer follows). Sentences are sorted by length, packed into batches of at most
 `batch_tokens` padded source tokens, decoded, and returned in input order. Blank lines
 are not decoded: they translate to "" so output stays aligned with input.
+
+The Translator builds the model's fastest decodable view once (`interface.for_inference`);
+call `refresh()` after changing the weights. Every `translate` call keeps its decoding
+state to itself, so one Translator may serve several threads at once.
 """
 
 from __future__ import annotations
@@ -15,91 +19,98 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from aiayn.config import DecodeConfig
-from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources, sample
+from aiayn.config import PAD_ID, DecodeConfig, SamplingConfig
+from aiayn.decoding.beam import beam_search
+from aiayn.decoding.common import encode_source, pad_sources
+from aiayn.decoding.greedy import greedy_search
+from aiayn.decoding.interface import for_inference
+from aiayn.decoding.sampling import sample
 
 DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch; a speed knob, not a paper setting
-METHODS = ("beam", "greedy", "sample")
 
 NBest = list[tuple[str, float]]
+_SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingConfig)}
 
 
 class Translator:
-    """Translate with a trained `Transformer` and its tokenizers.
+    """Translate with a trained encoder-decoder and its tokenizers.
 
-    `decode` holds the default search settings (`DecodeConfig()`: beam 4, GNMT α = 0.6,
-    |src| + 50); `translate` keyword arguments override them per call.
+    `decode` and `sampling` hold the default settings (`DecodeConfig()`: beam 4, GNMT
+    α = 0.6, |src| + 50; `SamplingConfig()`); `translate` keyword arguments override them per call.
     """
 
-    def __init__(self, model, tokenizers, decode: DecodeConfig | None = None,
+    def __init__(self, model, tokenizers, decode: DecodeConfig | None = None, sampling: SamplingConfig | None = None,
                  max_input_tokens: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS):
         self.model = model.eval()
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
+        self.sampling = sampling or SamplingConfig()
         self.max_input_tokens = max_input_tokens or model.config.max_positions
         self.batch_tokens = batch_tokens
         _check_vocab(model.config, tokenizers)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Rebuild the inference view of the model: call after its weights change."""
+        self.decoder = for_inference(self.model)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs) -> "Translator":
         """Load config, weights and tokenizers from one directory. Errors name the bad path."""
         from aiayn.data.tokenizer import load_tokenizers
-        from aiayn.model import Transformer
+        from aiayn.models import load_model
 
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
             raise FileNotFoundError(f"{model_dir}: model directory not found")
-        model = Transformer.from_pretrained(model_dir, device=device)
-        return cls(model, load_tokenizers(model_dir), **kwargs)
+        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir), **kwargs)
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def translate(self, sentences: Sequence[str], *, nbest: int | None = None, method: str = "beam",
-                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                  progress: Callable[[int], None] | None = None, **decode_overrides) -> list[str] | list[NBest]:
+    def translate(self, sentences: Sequence[str], *, nbest: int | None = None,
+                  progress: Callable[[int], None] | None = None, **overrides) -> list[str] | list[NBest]:
         """Translate `sentences`, keeping their order.
 
         Returns one string per sentence, or, when `nbest` is given, a list of up to
         `nbest` (text, score) pairs per sentence, best first (score: length-normalised
         log-probability; 0.0 for greedy/sampled outputs and blank lines).
-        `decode_overrides` are `DecodeConfig` fields (beam_size, length_penalty, ...).
-        `method`: "beam" (beam_size 1 runs greedy search, which it equals), "greedy" or
-        "sample" (temperature, top_k, top_p, seeded by `seed`). `progress(n)` is called
-        after each batch with the number of sentences it held.
+        `overrides` are `DecodeConfig` fields (method, beam_size, length_penalty, ...) and
+        `SamplingConfig` fields (temperature, top_k, top_p, seed); None leaves a field as it is.
+        `progress(n)` is called after each batch with the number of sentences it held.
         """
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-        overrides = {k: v for k, v in decode_overrides.items() if v is not None}
-        if nbest is not None:
-            overrides["nbest"] = nbest
-        cfg = dataclasses.replace(self.decode, **overrides)
-        generator = torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None
-        search = lambda src: self._search(src, cfg, method, temperature, top_k, top_p, generator)  # noqa: E731
-
+        decode, sampling = self._configs(overrides, nbest)
+        generator = torch.Generator(device=self.device).manual_seed(sampling.seed) if sampling.seed is not None else None
         results: list[NBest] = [[("", 0.0)] for _ in sentences]
         sources = {i: encode_source(self.tokenizers.src, s, self.max_input_tokens)
                    for i, s in enumerate(sentences) if s.strip()}
         if progress is not None and len(sources) < len(sentences):
             progress(len(sentences) - len(sources))  # blank lines are done already
         for batch in self._batches(sources):
-            src = pad_sources([sources[i] for i in batch], self.model.config.pad_id, self.device)
-            for i, hyps in zip(batch, search(src)):
+            src = pad_sources([sources[i] for i in batch], PAD_ID, self.device)
+            for i, hyps in zip(batch, self._search(src, decode, sampling, generator)):
                 results[i] = [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]
             if progress is not None:
                 progress(len(batch))
         return results if nbest is not None else [r[0][0] for r in results]
 
-    def _search(self, src, cfg: DecodeConfig, method: str, temperature, top_k, top_p, generator):
+    def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if nbest is not None:
+            given["nbest"] = nbest
+        sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
+        return dataclasses.replace(self.decode, **given), dataclasses.replace(self.sampling, **sampling)
+
+    def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, generator):
         """-> per row, a list of (token ids, score)."""
-        a, b = cfg.max_len_a, cfg.max_len_b
-        if method == "sample":
-            outs = sample(self.model, src, temperature, top_k, top_p, generator, a, b)
-        elif method == "greedy" or cfg.beam_size == 1:
-            outs = greedy_search(self.model, src, a, b)
+        a, b = decode.max_len_a, decode.max_len_b
+        if decode.method == "sample":
+            outs = sample(self.decoder, src, sampling, generator, a, b)
+        elif decode.method == "greedy" or decode.beam_size == 1:
+            outs = greedy_search(self.decoder, src, a, b)
         else:
-            return [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(self.model, src, cfg)]
+            return [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(self.decoder, src, decode)]
         return [[(tokens, 0.0)] for tokens in outs]
 
     def _batches(self, sources: dict[int, list[int]]) -> Iterator[list[int]]:

@@ -1,0 +1,67 @@
+"""What every model type shares: a frozen config, a `model_type` name, and a model directory
+of `config.json` (the config plus its `model_type`) and `model.safetensors` (no pickle).
+
+A model type plugs in by subclassing `PretrainedModel`, setting `model_type` and
+`config_class`, and being listed in `aiayn.models.MODEL_TYPES`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from aiayn.io import atomic_write
+
+CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
+MODEL_TYPE_KEY = "model_type"
+
+
+class PretrainedModel(nn.Module):
+    """Base class: `save_pretrained(dir)` and weight loading. Subclasses set the class attributes."""
+
+    model_type: ClassVar[str]
+    config_class: ClassVar[type]
+
+    def __init__(self, config: Any):
+        super().__init__()
+        self.config = config
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (tied matrices count once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write config.json (with `model_type`) and model.safetensors, each atomically."""
+        from safetensors.torch import save_model
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        config = {MODEL_TYPE_KEY: self.model_type, **self.config.to_dict()}
+        with atomic_write(directory / CONFIG_FILE) as tmp:
+            tmp.write_text(json.dumps(config, indent=2) + "\n")
+        with atomic_write(directory / WEIGHTS_FILE) as tmp:
+            save_model(self, str(tmp))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "PretrainedModel":
+        """The model in `directory`, which must be of this class's type (see `aiayn.models.load_model`)."""
+        from aiayn.models import load_model
+
+        model = load_model(directory, device)
+        if not isinstance(model, cls):
+            raise ValueError(f"{Path(directory) / CONFIG_FILE}: model_type {model.model_type!r} is not a {cls.__name__}")
+        return model
+
+    def load_weights(self, path: str | Path, device: str | torch.device = "cpu") -> None:
+        """Load model.safetensors into this model; errors name the file."""
+        from safetensors.torch import load_model
+
+        try:
+            load_model(self, str(path), device=str(device))
+        except Exception as e:  # safetensors raises several types for truncated/corrupt/mismatched files
+            raise ValueError(f"{path}: cannot load weights ({e})") from e

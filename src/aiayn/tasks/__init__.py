@@ -1,0 +1,25 @@
+"""Tasks: translation now; summarization, question answering, language modelling and
+classification plug in beside it (see `base.Task`). A recipe names its task with a
+top-level `task = "..."` (default "translation")."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from aiayn.config import ConfigError
+from aiayn.tasks.base import Task
+from aiayn.tasks.translation import TranslationTask
+
+TASKS: Mapping[str, type] = MappingProxyType({TranslationTask.name: TranslationTask})
+DEFAULT_TASK = TranslationTask.name
+
+
+def build_task(cfg) -> Task:
+    """The task a `TrainConfig` names."""
+    if cfg.task not in TASKS:
+        raise ConfigError(f"unknown task {cfg.task!r}; known: {', '.join(TASKS)}")
+    return TASKS[cfg.task](cfg)
+
+
+__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "build_task"]

@@ -1,0 +1,61 @@
+"""What a task is: the one place that knows a job's data, loss, validation and inference.
+
+The trainer (`aiayn.training.trainer`) knows nothing of sources and targets: it asks the
+task for the loss of a batch and for validation metrics. The pipeline
+(`aiayn.training.pipeline`) only wires: it asks the task to prepare its data, builds the
+model the task names through the model registry, and hands both to the trainer.
+
+A new task: a class with the members of `Task`, listed in `aiayn.tasks.TASKS`, and a
+recipe with `task = "<name>"`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from torch import nn
+
+from aiayn.training.distributed import DistInfo
+from aiayn.training.loss import LossSums
+
+
+class TrainingBatch(Protocol):
+    def to(self, device) -> "TrainingBatch":
+        """The batch with its tensors on `device`."""
+
+
+EpochData = Callable[[int], Sequence[TrainingBatch]]  # epoch -> this rank's micro-batches, deterministic
+
+
+class Task(Protocol):
+    name: str
+
+    # -- data: how examples are read and batched ------------------------------------------
+    def prepare(self, run_dir: Path, dist: DistInfo) -> None:
+        """Read (or load from the preprocessing cache) and tokenize the data; build or load the vocabulary."""
+
+    def model_spec(self) -> tuple[str, Any]:
+        """(model_type, model config) for `aiayn.models.build_model`, sized to the vocabulary."""
+
+    def train_data(self, dist: DistInfo) -> EpochData: ...
+
+    def valid_data(self) -> Optional[Sequence[TrainingBatch]]: ...
+
+    # -- training: the loss -----------------------------------------------------------------
+    def loss(self, model: nn.Module, batch: TrainingBatch) -> LossSums:
+        """Summed loss (differentiable), summed NLL and the number of target tokens of `batch`."""
+
+    def n_targets(self, batch: TrainingBatch) -> int:
+        """The tokens `loss` sums over (known before the forward pass: the trainer normalises by it)."""
+
+    # -- validation and test: what is measured ------------------------------------------------
+    def validate(self, model: nn.Module) -> dict[str, float]:
+        """Metrics beyond the loss (e.g. BLEU); {} for none."""
+
+    def test(self, model_dir: Path, device, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
+        """Scores of a finished model on the test split, or None when the recipe names none."""
+
+    # -- inference: the entry point ---------------------------------------------------------
+    def save_extras(self, model_dir: Path) -> None:
+        """Write what inference needs besides config and weights (e.g. the tokenizer)."""
