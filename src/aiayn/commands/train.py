@@ -26,18 +26,23 @@ def progress_bar(cfg):
         return
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=cfg.train.max_updates or None, unit="upd", dynamic_ncols=True, desc="train", file=sys.stderr)
+    bars = []  # made at the first report, after the data preparation has logged its lines
 
     def update(p) -> None:
+        if not bars:
+            bars.append(tqdm(total=p.total, initial=p.step, unit="upd", dynamic_ncols=True, desc="train",
+                             file=sys.stderr))
+        bar = bars[0]
         if bar.n != p.step:
-            bar.update(p.step - bar.n)  # also jumps to the resumed step at the start
+            bar.update(p.step - bar.n)
         if p.postfix:
             bar.set_postfix(p.postfix, refresh=False)
 
     try:
         yield update
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
 
 
 def run(args) -> int:

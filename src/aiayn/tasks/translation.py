@@ -73,9 +73,7 @@ class TranslationTask:
         self.train_set = self._dataset(data.train_split).filter(max_len=data.max_length)
         if data.valid_split:
             self.valid_set = self._dataset(data.valid_split)
-            self.valid_text = read_text(data, data.valid_split, seed, limit=data.valid_max_sentences)
-            if data.valid_max_sentences:
-                self.valid_set = self.valid_set.subset(range(min(data.valid_max_sentences, len(self.valid_set))))
+            self.valid_text = read_text(data, data.valid_split, seed, limit=data.valid_max_sentences)  # for BLEU
         log.info("data ready in %.1f s: %d training pairs (%d dropped as longer than %d tokens), %d validation",
                  time.monotonic() - t, len(self.train_set), self.train_set.stats.n_too_long, data.max_length,
                  len(self.valid_set) if self.valid_set is not None else 0)

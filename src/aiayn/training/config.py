@@ -91,7 +91,7 @@ class DataConfig:
     max_tokens: int = 4096  # per micro-batch: padded source + padded target elements (src.numel() + tgt_in.numel())
     batching: str = "bucket"  # "bucket": length-sorted token buckets (aiayn.data); "random": mixed lengths
     max_length: int = 256  # training pairs with a longer side (in tokens) are dropped
-    valid_max_sentences: int = 0  # validation BLEU on the first N sentences; 0 = all
+    valid_max_sentences: int = 0  # validation BLEU on the first N sentences (the loss on all); 0 = all
     # synthetic task only
     task: str = "reverse"
     n_train: int = 20000
