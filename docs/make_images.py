@@ -52,10 +52,10 @@ def attention(model_dir: Path, sentence: str, prefix: str, out: Path) -> None:
 def demo_model(given: str | None, work: Path) -> Path:
     if given:
         return Path(given)
-    from aiayn.commands.demo import DemoConfig, run_demo
+    from aiayn.commands.demo import run_demo
 
     log.info("training the reverse-task demo model (pass --demo-model to reuse one)")
-    return run_demo(work / "demo", DemoConfig(task="reverse"), progress=False).model_dir
+    return run_demo(work / "demo", ['data.task="reverse"']).model_dir
 
 
 def main() -> None:

@@ -1,4 +1,9 @@
+import json
 import logging
+import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -97,3 +102,47 @@ def test_source_convention_is_ids_then_eos(caplog):
     assert source_ids([7, 8, 9], max_len=2) == [7, EOS_ID]
     with pytest.raises(ValueError):
         source_ids([7], max_len=0)
+
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "model-da27d8d"
+
+
+def test_concurrent_translate_calls_equal_the_same_calls_made_alone():
+    """8 threads share one Translator (and its FastDecoder), each with batches of other lengths and
+    padding; every output equals the output of the same call made alone."""
+    tr = Translator.from_pretrained(FIXTURE)
+    rng = random.Random(0)
+    letters = "abcdefghij"
+    jobs = []
+    for t in range(8):
+        sentences = [" ".join(rng.choice(letters) for _ in range(rng.randint(1, 3 + 2 * t))) for _ in range(3 + t)]
+        kwargs = {"method": "greedy"} if t % 2 else {"beam_size": 1 + t % 4, "nbest": 1 + t % 2}
+        jobs.append((sentences, kwargs))
+    alone = [tr.translate(s, **kw) for s, kw in jobs]
+    barrier = threading.Barrier(len(jobs))
+
+    def work(i: int):
+        sentences, kwargs = jobs[i]
+        barrier.wait()  # start together
+        return [tr.translate(sentences, **kwargs) for _ in range(3)]
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        together = list(pool.map(work, range(len(jobs))))
+    for i, runs in enumerate(together):
+        for out in runs:
+            assert out == alone[i], f"thread {i}"
+
+
+def test_model_directory_saved_before_model_type_existed_translates_identically():
+    """A directory written by main at da27d8d (no model_type, pad/bos/eos ids in config.json)
+    loads as the encoder-decoder and gives the translations that code gave (expected.json)."""
+    expected = json.loads((FIXTURE / "expected.json").read_text())
+    config = json.loads((FIXTURE / "config.json").read_text())
+    assert "model_type" not in config and config["eos_id"] == 2
+    tr = Translator.from_pretrained(FIXTURE)
+    assert isinstance(tr.model, Transformer)
+    assert tr.translate(expected["sentences"], method="greedy") == expected["greedy"]
+    got = tr.translate(expected["sentences"], nbest=2)
+    for hyps, want in zip(got, expected["beam4"]):
+        assert [h for h, _ in hyps] == [h for h, _ in want]
+        assert [s for _, s in hyps] == pytest.approx([s for _, s in want], abs=1e-5)
