@@ -82,3 +82,17 @@ def test_missing_file(tmp_path):
 def test_run_config_needs_a_budget():
     with pytest.raises(ConfigError, match="at least one of"):
         RunConfig()
+
+
+def test_task_is_a_top_level_key(tmp_path):
+    from aiayn.training.config import load_config, to_toml
+
+    path = tmp_path / "r.toml"
+    path.write_text('task = "translation"\n[train]\nmax_updates = 3\n')
+    cfg = load_config(path)
+    assert cfg.task == "translation" and to_toml(cfg).startswith('task = "translation"')
+    path.write_text('task = "poetry"\n[train]\nmax_updates = 3\n')
+    with pytest.raises(ConfigError, match=r"r\.toml.*task must be one of translation, got 'poetry'"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="task must be one of"):
+        load_config(None, ["train.max_updates=1", "task=poetry"])

@@ -172,3 +172,18 @@ def test_bf16_autocast_trains(tmp_path):
     trainer.fit()
     assert trainer.state.step == 3
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_progress_goes_to_the_callback_and_the_library_draws_no_bars(tmp_path):
+    from pathlib import Path
+
+    events = []
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=3, log_every=2), tmp_path,
+                           epoch_data())
+    trainer.progress = events.append
+    trainer.fit()
+    assert [e.step for e in events] == [0, 1, 2, 3] and events[-1].total == 3
+    assert "loss" in events[2].postfix and not events[1].postfix  # log rows every 2 updates
+    src = Path(__file__).resolve().parents[2] / "src" / "aiayn"
+    drawing = [p.relative_to(src) for p in src.rglob("*.py") if "tqdm" in p.read_text() and p.parent.name != "commands"]
+    assert drawing == []  # only aiayn/commands draws progress bars

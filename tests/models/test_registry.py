@@ -1,0 +1,64 @@
+"""The model registry: model_type in config.json, one loader for every model type."""
+
+import json
+
+import pytest
+import torch
+
+from aiayn.config import ConfigError, TransformerConfig
+from aiayn.models import DEFAULT_MODEL_TYPE, MODEL_TYPES, Transformer, build_model, load_model, read_config
+from aiayn.training.average import average_checkpoints
+
+
+def tiny() -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig.preset("tiny", src_vocab_size=16))
+
+
+def test_saved_config_names_its_model_type_and_loads_back(tmp_path):
+    tiny().save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "encoder-decoder"
+    model_type, config = read_config(tmp_path)
+    assert model_type == "encoder-decoder" and config == tiny().config
+    assert isinstance(load_model(tmp_path), MODEL_TYPES[model_type])
+    assert isinstance(build_model(model_type, config), Transformer)
+
+
+def test_config_without_model_type_is_the_encoder_decoder(tmp_path):
+    tiny().save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    del data["model_type"]
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    assert DEFAULT_MODEL_TYPE == "encoder-decoder" and isinstance(load_model(tmp_path), Transformer)
+
+
+def test_unknown_model_type_and_changed_special_ids_name_the_file(tmp_path):
+    tiny().save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, "model_type": "perceiver"}))
+    with pytest.raises(ValueError, match="config.json.*unknown model_type 'perceiver'"):
+        load_model(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({**data, "eos_id": 5}))
+    with pytest.raises(ValueError, match="config.json.*eos_id must be 2"):
+        load_model(tmp_path)
+
+
+def test_special_ids_are_constants_not_fields():
+    """One source of truth: a config cannot move EOS away from what tokenizers and batches use."""
+    with pytest.raises(TypeError):
+        TransformerConfig(eos_id=5)
+    assert TransformerConfig.from_dict({**tiny().config.to_dict(), "pad_id": 0, "bos_id": 1, "eos_id": 2}) == tiny().config
+    with pytest.raises(ConfigError, match="bos_id must be 1"):
+        TransformerConfig.from_dict({**tiny().config.to_dict(), "bos_id": 3})
+
+
+def test_average_goes_through_the_registry(tmp_path):
+    a, b = tiny(), tiny()
+    with torch.no_grad():
+        for p in b.parameters():
+            p.add_(1.0)
+    a.save_pretrained(tmp_path / "a")
+    b.save_pretrained(tmp_path / "b")
+    mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
+    assert type(mean) is Transformer
+    torch.testing.assert_close(mean.decoder.layers[0].ff.linear1.bias, a.decoder.layers[0].ff.linear1.bias + 0.5)
