@@ -9,7 +9,7 @@ import importlib
 import logging
 import sys
 
-COMMANDS = ["demo", "params", "prepare", "train", "average", "translate", "evaluate", "plot"]
+COMMANDS = ("demo", "params", "prepare", "train", "average", "translate", "evaluate", "plot")
 
 
 def build_parser() -> argparse.ArgumentParser:

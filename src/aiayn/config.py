@@ -7,14 +7,16 @@ decoding settings of §6.1. Presets only override fields; they never restate a d
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 # Special token ids: the one source of truth, fixed for every vocabulary (subword or
 # synthetic) and every model. Tokenizers, batches, losses and decoders all read these.
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-SPECIAL_IDS = {"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID}
+SPECIAL_IDS = MappingProxyType({"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID})
 
 
 class ConfigError(ValueError):
@@ -105,12 +107,12 @@ class TransformerConfig:
 
 # Only differences from the base defaults above. `big` is Table 3's "big" row
 # (P_drop 0.3 for EN-DE); `small` and `tiny` are ours, for CPUs and tests.
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: Mapping[str, dict[str, Any]] = MappingProxyType({
     "base": {},
     "big": {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "dropout": 0.3},
     "small": {"d_model": 256, "n_heads": 4, "n_encoder_layers": 3, "n_decoder_layers": 3, "d_ff": 1024},
     "tiny": {"d_model": 32, "n_heads": 2, "n_encoder_layers": 2, "n_decoder_layers": 2, "d_ff": 64},
-}
+})
 
 
 @dataclass(frozen=True)

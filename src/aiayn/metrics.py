@@ -14,6 +14,8 @@ detailed line sacreBLEU prints.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -55,7 +57,7 @@ def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
     return Score("chrf", result.score, str(metric.get_signature()), str(result))
 
 
-METRICS = {"bleu": bleu, "chrf": chrf}
+METRICS = MappingProxyType({"bleu": bleu, "chrf": chrf})
 
 
 def translation_scores(hyps: Sequence[str], refs: Sequence[str], tokenize: str | None = None) -> dict:

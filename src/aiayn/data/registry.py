@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import hashlib
 import http.client
 import logging
@@ -23,7 +25,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from aiayn.io import atomic_write
 
@@ -99,7 +101,7 @@ SMALL_PARALLEL_ENJA = KnownCorpus(
     note="50k Tanaka Corpus pairs, pre-tokenized lower-cased en, KyTea-segmented ja",
 )
 
-REGISTRY: dict[str, KnownCorpus] = {c.name: c for c in (MULTI30K, SMALL_PARALLEL_ENJA)}
+REGISTRY: Mapping[str, KnownCorpus] = MappingProxyType({c.name: c for c in (MULTI30K, SMALL_PARALLEL_ENJA)})
 
 
 def get(name: str) -> KnownCorpus:

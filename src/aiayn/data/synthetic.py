@@ -7,14 +7,16 @@ batching code as real corpora.
 
 from __future__ import annotations
 
-import random
-from typing import Callable
+from types import MappingProxyType
 
-TASKS: dict[str, Callable[[list[str]], list[str]]] = {
+import random
+from typing import Callable, Mapping
+
+TASKS: Mapping[str, Callable[[list[str]], list[str]]] = MappingProxyType({
     "copy": lambda seq: list(seq),
     "reverse": lambda seq: seq[::-1],
     "sort": sorted,
-}
+})
 
 
 def symbols(n_symbols: int) -> list[str]:

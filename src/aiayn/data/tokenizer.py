@@ -19,6 +19,8 @@ self-contained; see `save_tokenizers` / `load_tokenizers`.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import abc
 import hashlib
 import io
@@ -28,14 +30,14 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Iterable, Iterator, Optional, Sequence
+from typing import ClassVar, Iterable, Iterator, Mapping, Optional, Sequence
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.io import atomic_write
 
 log = logging.getLogger(__name__)
 
-SPECIAL_PIECES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"}
+SPECIAL_PIECES = MappingProxyType({PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>"})
 N_SPECIALS = len(SPECIAL_PIECES)
 MANIFEST = "tokenizer.json"
 MANIFEST_VERSION = 1
@@ -250,10 +252,10 @@ class SymbolTokenizer(Tokenizer):
         return json.dumps({"symbols": self.symbols}, ensure_ascii=False).encode("utf-8")
 
 
-TOKENIZER_TYPES: dict[str, type[Tokenizer]] = {
+TOKENIZER_TYPES: Mapping[str, type[Tokenizer]] = MappingProxyType({
     SentencePieceTokenizer.kind: SentencePieceTokenizer,
     SymbolTokenizer.kind: SymbolTokenizer,
-}
+})
 
 
 @dataclass(frozen=True)

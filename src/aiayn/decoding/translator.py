@@ -29,7 +29,7 @@ from aiayn.decoding.sampling import sample
 DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch; a speed knob, not a paper setting
 
 NBest = list[tuple[str, float]]
-_SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingConfig)}
+_SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingConfig))
 
 
 class Translator:

@@ -14,6 +14,8 @@ Axis conventions of the returned maps (T = number of generated tokens, EOS inclu
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,8 @@ from aiayn.decoding.greedy import greedy_search
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure, save_png
 
 PARTS = ("encoder", "decoder", "cross")
-TITLES = {"encoder": "encoder self-attention", "decoder": "decoder masked self-attention",
-          "cross": "encoder-decoder attention"}
+TITLES = MappingProxyType({"encoder": "encoder self-attention", "decoder": "decoder masked self-attention",
+          "cross": "encoder-decoder attention"})
 
 
 @dataclass(frozen=True)

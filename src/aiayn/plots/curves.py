@@ -9,6 +9,8 @@ an unfinished write and is skipped; a bad line anywhere else is an error naming 
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import json
 import logging
 from pathlib import Path
@@ -21,8 +23,8 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 PANELS = (("loss", "loss (label-smoothed)", "linear"), ("ppl", "perplexity", "log"),
           ("bleu", "BLEU", "linear"), ("lr", "learning rate", "linear"))
-STYLE = {"train": dict(color="tab:blue", linewidth=1, alpha=0.8),
-         "valid": dict(color="tab:orange", linewidth=2, marker="o", markersize=3)}
+STYLE = MappingProxyType({"train": dict(color="tab:blue", linewidth=1, alpha=0.8),
+         "valid": dict(color="tab:orange", linewidth=2, marker="o", markersize=3)})
 
 
 def metrics_path(run: str | Path) -> Path:

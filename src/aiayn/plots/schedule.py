@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import logging
 from typing import Callable, Sequence
 
@@ -11,11 +13,11 @@ from aiayn.config import OptimConfig, TransformerConfig
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure
 
 log = logging.getLogger(__name__)
-TITLES = {
+TITLES = MappingProxyType({
     "noam": "the paper's schedule (§5.3, eq. 3): factor·d_model^-0.5·min(step^-0.5, step·warmup^-1.5)",
     "inverse_sqrt": "inverse_sqrt: linear warmup to factor, then factor·sqrt(warmup/step)",
     "constant": "constant: linear warmup to factor, then flat",
-}
+})
 WARMUP_MULTIPLES = 25  # default x range: 25 warmups = the paper's 100k steps for warmup 4000
 
 

@@ -15,6 +15,8 @@ name the file and the key. `save_config` writes the resolved config as TOML, whi
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import dataclasses
 import math
 import tomllib
@@ -163,9 +165,9 @@ class RunConfig:
                f"train.average_last ({self.average_last}) cannot exceed train.keep_last ({self.keep_last})")
 
 
-SECTIONS: dict[str, type] = {
+SECTIONS: Mapping[str, type] = MappingProxyType({
     "model": ModelSpec, "optim": OptimConfig, "decode": DecodeConfig, "data": DataConfig, "train": RunConfig,
-}
+})
 
 
 DEFAULT_TASK = "translation"  # `aiayn.tasks.TASKS` holds the others

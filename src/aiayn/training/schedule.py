@@ -7,7 +7,9 @@ evaluated once per optimizer update (not per micro-batch); steps count from 1.
 
 from __future__ import annotations
 
-from typing import Callable
+from types import MappingProxyType
+
+from typing import Callable, Mapping
 
 Schedule = Callable[[int, int, int, float], float]
 
@@ -35,11 +37,11 @@ def constant_lr(step: int, d_model: int, warmup_steps: int, factor: float = 1.0)
     return factor * min(1.0, step / warmup_steps)
 
 
-SCHEDULES: dict[str, Schedule] = {
+SCHEDULES: Mapping[str, Schedule] = MappingProxyType({
     "noam": noam_lr,
     "inverse_sqrt": inverse_sqrt_lr,
     "constant": constant_lr,
-}
+})
 
 
 def get_schedule(name: str) -> Schedule:
