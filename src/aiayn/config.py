@@ -7,10 +7,10 @@ decoding settings of §6.1. Presets only override fields; they never restate a d
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import dataclasses
+import typing
 from dataclasses import dataclass
+from types import MappingProxyType, NoneType, UnionType
 from typing import Any, Mapping, Optional
 
 # Special token ids: the one source of truth, fixed for every vocabulary (subword or
@@ -102,7 +102,9 @@ class TransformerConfig:
         for key, fixed in SPECIAL_IDS.items():
             if key in data and data.pop(key) != fixed:
                 raise ConfigError(f"{key} must be {fixed}: special ids are fixed (aiayn.config.SPECIAL_IDS)")
-        return cls(**_known_fields(cls, data, "model config"))
+        known = _known_fields(cls, data, "model config")
+        check_types(cls, known)
+        return cls(**known)
 
 
 # Only differences from the base defaults above. `big` is Table 3's "big" row
@@ -179,6 +181,44 @@ class SamplingConfig:
         _check(self.temperature > 0, f"temperature must be positive, got {self.temperature}")
         _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         _check(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
+
+
+def check_types(cls: type, data: Mapping[str, Any], prefix: str = "") -> None:
+    """Each value of `data` must have the type its field of dataclass `cls` declares: ints
+    are not floats (10.5 is no update count), bools are true/false only, strings are strings.
+    A float field takes an int. The error names the key (`prefix` + name) and the type."""
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if key in hints and not _is_instance(value, hints[key]):
+            raise ConfigError(f"{prefix}{key} must be {_type_name(hints[key])}, got {value!r}")
+
+
+def _is_instance(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, UnionType):
+        return any(_is_instance(value, a) for a in args)
+    if origin is tuple:
+        return (isinstance(value, (list, tuple)) and len(value) == len(args)
+                and all(_is_instance(v, a) for v, a in zip(value, args)))
+    if hint is NoneType:
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _type_name(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, UnionType):
+        return " or ".join(_type_name(a) for a in args)
+    if origin is tuple:
+        return f"a list of {len(args)} ({', '.join(_type_name(a) for a in args)})"
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", NoneType: "unset"}
+    return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
 def _known_fields(cls: type, data: dict, what: str) -> dict:

@@ -45,3 +45,35 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+class LockedError(RuntimeError):
+    """Another process holds the lock; the message names its PID."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path, what: str) -> Iterator[None]:
+    """Hold an advisory lock (`fcntl.flock`) on `path` for the block, with this PID written in it.
+
+    The kernel drops the lock when the process dies, even by kill -9, so a crashed run never
+    leaves a stale lock. A second holder gets `LockedError` naming the first one's PID.
+    """
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    f = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "unknown"
+            raise LockedError(f"{what} is in use by another process (PID {holder}; lock file {path})") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()  # releases the lock

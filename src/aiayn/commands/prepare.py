@@ -6,16 +6,20 @@ HELP = "train a sentencepiece vocabulary on a corpus' train split and cache the 
 
 
 def add_arguments(p) -> None:
-    from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
+    from aiayn.training.config import DataConfig, RunConfig
 
     p.add_argument("corpus", help="known corpus name (multi30k, small-parallel-enja), {split}.{lang} directory, "
                                   "or TSV file")
     p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="source and target language (names, directories)")
     p.add_argument("--out", required=True, help="model directory that receives tokenizer.json + tokenizer files")
     p.add_argument("--splits", nargs="+", help="splits to tokenize (default: all of a known corpus, else train)")
-    p.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE,
-                   help=f"pieces per vocabulary (default: {DEFAULT_VOCAB_SIZE})")
-    p.add_argument("--model-type", choices=["bpe", "unigram"], default="bpe")
+    p.add_argument("--vocab-size", type=int, default=DataConfig.vocab_size,
+                   help=f"pieces per vocabulary (default: data.vocab_size, {DataConfig.vocab_size})")
+    p.add_argument("--model-type", choices=["bpe", "unigram"], default=DataConfig.vocab_type,
+                   help=f"sentencepiece model (default: data.vocab_type, {DataConfig.vocab_type})")
+    p.add_argument("--seed", type=int, default=RunConfig.seed,
+                   help=f"vocabulary training seed (default: train.seed, {RunConfig.seed}: the vocabulary `aiayn train` "
+                        "would build, so their caches agree)")
     p.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side (default: joint)")
     p.add_argument("--retrain", action="store_true", help="train a new vocabulary even if --out has one")
     p.add_argument("--data-dir", help="local directory holding the corpus (else $AIAYN_DATA_DIR, else download)")
@@ -37,7 +41,7 @@ def run(args) -> int:
     else:
         train = read_corpus(args.corpus, split="train", **common)
         tokenizers = train_tokenizers(train.src, train.tgt, vocab_size=args.vocab_size,
-                                      model_type=args.model_type, joint=not args.separate_vocab)
+                                      model_type=args.model_type, joint=not args.separate_vocab, seed=args.seed)
         save_tokenizers(tokenizers, out)
         kind = "joint" if tokenizers.joint else "separate"
         print(f"trained {kind} {args.model_type} vocabulary ({tokenizers.src.vocab_size} pieces) -> {out}")

@@ -69,6 +69,12 @@ def run(args) -> int:
         print(f"aiayn train: {e}")
         return 3
     s = result.state
+    if not _is_main():
+        return 130 if result.stop_reason == "signal" else 0  # rank 0 prints the summary
+    if result.stop_reason == "already_finished":
+        print(f"{cfg.train.run_dir} already finished its budget at update {s.step}: nothing to do, nothing changed "
+              f"(raise it with --set train.max_updates=N, train.max_epochs or train.max_minutes)")
+        return 0
     print(f"stopped ({result.stop_reason}) after {s.step} updates, {s.epoch} epochs, "
           f"{s.elapsed / 60:.1f} min of training ({(time.monotonic() - start) / 60:.1f} min in this process)")
     if result.last_valid:
@@ -77,8 +83,7 @@ def run(args) -> int:
     print(f"model: {cfg.train.run_dir}/model   (resume: aiayn train --resume {cfg.train.run_dir})")
     if result.stop_reason == "signal":
         return 130
-    if _is_main():
-        _test(cfg, evaluate_test)
+    _test(cfg, evaluate_test)
     return 0
 
 

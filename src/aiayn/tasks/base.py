@@ -32,8 +32,10 @@ class Task(Protocol):
     name: str
 
     # -- data: how examples are read and batched ------------------------------------------
-    def prepare(self, run_dir: Path, dist: DistInfo) -> None:
-        """Read (or load from the preprocessing cache) and tokenize the data; build or load the vocabulary."""
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
+        """Read (or load from the preprocessing cache) and tokenize the data; build the vocabulary
+        (`fresh`: a new run) or load the run's own (a resumed run). Every split the run will need,
+        the test split included, is checked here, before any training."""
 
     def model_spec(self) -> tuple[str, Any]:
         """(model_type, model config) for `aiayn.models.build_model`, sized to the vocabulary."""

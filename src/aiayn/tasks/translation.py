@@ -67,10 +67,14 @@ class TranslationTask:
         self.valid_text: Optional[TextSplit] = None
 
     # -- data ---------------------------------------------------------------------------------
-    def prepare(self, run_dir: Path, dist: DistInfo) -> None:
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
         data, seed, t = self.data, self.cfg.train.seed, time.monotonic()
-        self.tokenizers = self._tokenizers(run_dir, dist)
+        self._check_test_split()
+        self.tokenizers = self._tokenizers(run_dir, dist, fresh)
         self.train_set = self._dataset(data.train_split).filter(max_len=data.max_length)
+        if len(self.train_set) == 0:
+            raise ValueError(f"no usable training pairs in {data.corpus} split {data.train_split!r} "
+                             f"(all empty, or longer than data.max_length = {data.max_length})")
         if data.valid_split:
             self.valid_set = self._dataset(data.valid_split)
             self.valid_text = read_text(data, data.valid_split, seed, limit=data.valid_max_sentences)  # for BLEU
@@ -87,14 +91,26 @@ class TranslationTask:
         return load_parallel(data.corpus, self.tokenizers, split=split, langs=(data.src_lang, data.tgt_lang),
                              data_dir=data.data_dir or None)
 
-    def _tokenizers(self, run_dir: Path, dist: DistInfo) -> TokenizerPair:
-        """`data.tokenizer` if set; else RUN_DIR/tokenizer, built by rank 0 when absent."""
+    def _check_test_split(self) -> None:
+        """A missing test split is an error now, not after the training."""
+        data = self.data
+        if data.test_split and data.corpus != "synthetic":
+            from aiayn.data.corpus import resolve_source
+
+            resolve_source(data.corpus, data.test_split, (data.src_lang, data.tgt_lang), data.data_dir or None)
+
+    def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool) -> TokenizerPair:
+        """`data.tokenizer` if set; else RUN_DIR/tokenizer: built anew by rank 0 for a fresh run
+        (whatever an earlier, failed start left there), loaded when resuming."""
         if self.data.tokenizer:
             return load_tokenizers(self.data.tokenizer)
         directory = run_dir / TOKENIZER_DIR
-        if dist.is_main and not (directory / "tokenizer.json").is_file():
+        if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
             t = time.monotonic()
             train = read_text(self.data, self.data.train_split, self.cfg.train.seed)
+            if not any(s.strip() for s in train.src):
+                raise ValueError(f"no usable pairs in {self.data.corpus} split {self.data.train_split!r} "
+                                 "to build a vocabulary from")
             save_tokenizers(build_tokenizers(self.data, train, self.cfg.train.seed), directory)
             log.info("vocabulary built in %.1f s -> %s", time.monotonic() - t, directory)
         if dist.enabled:

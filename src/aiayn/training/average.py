@@ -27,7 +27,10 @@ def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
         weights = Path(path) / WEIGHTS_FILE
         if not weights.is_file():
             raise FileNotFoundError(f"{weights}: not found; is {path} a checkpoint or model directory?")
-        tensors = load_file(str(weights))
+        try:
+            tensors = load_file(str(weights))
+        except Exception as e:  # safetensors raises its own error types for damaged files
+            raise ValueError(f"{weights}: cannot load weights ({e})") from e
         if total and set(tensors) != set(total):
             raise ValueError(f"{weights}: parameter names differ from {Path(paths[0]) / WEIGHTS_FILE}")
         for name, t in tensors.items():

@@ -144,11 +144,10 @@ def _replace_dir(src: Path, dst: Path) -> None:
 
 def load_checkpoint(
     path: str | Path, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
-    scaler: Optional[Any] = None, rank: int = 0,
+    scaler: Optional[Any] = None, rank: int = 0, world_size: int = 1,
 ) -> TrainState:
     """Load weights into `model` (and optimizer/scaler state), restore this rank's RNG
-    state, and return the training progress."""
-    from safetensors.torch import load_model
+    state, and return the training progress. A damaged file is a ValueError naming it."""
 
     path = Path(path)
     state_path, weights = path / STATE_FILE, path / "model.safetensors"
@@ -160,14 +159,16 @@ def load_checkpoint(
     except Exception as e:  # truncated / not a torch file
         raise ValueError(f"{state_path}: cannot read trainer state ({e})") from e
     device = next(model.parameters()).device
-    load_model(model, str(weights), device=str(device))
+    model.load_weights(weights, device)
     if optimizer is not None:
         optimizer.load_state_dict(payload["optimizer"])
     if scaler is not None and payload.get("scaler") is not None:
         scaler.load_state_dict(payload["scaler"])
     rngs = payload["rng"]
-    if rank >= len(rngs):
-        log.warning("checkpoint has RNG states for %d rank(s); rank %d reuses rank 0's", len(rngs), rank)
+    if len(rngs) != world_size:
+        log.warning("%s was written by %d process(es) and is resumed by %d: the data order and random state "
+                    "will not continue exactly%s", path, len(rngs), world_size,
+                    f" (rank {rank} reuses rank 0's RNG state)" if rank >= len(rngs) else "")
     restore_rng(rngs[rank if rank < len(rngs) else 0])
     return TrainState(**payload["state"])
 

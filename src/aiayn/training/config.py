@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from aiayn.config import ConfigError, DecodeConfig, OptimConfig, TransformerConfig
+from aiayn.config import ConfigError, DecodeConfig, OptimConfig, TransformerConfig, check_types
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 from aiayn.io import atomic_write
 
@@ -57,6 +57,7 @@ class ModelSpec:
         fields = {f.name for f in dataclasses.fields(TransformerConfig)}
         unknown = sorted(set(dict(self.overrides)) - fields)
         _check(not unknown, f"unknown model key(s): {', '.join(unknown)}; known: preset, {', '.join(sorted(fields))}")
+        check_types(TransformerConfig, dict(self.overrides), prefix="model.")
         return TransformerConfig.preset(self.preset, src_vocab_size=src_vocab_size,
                                         tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
 
@@ -67,6 +68,7 @@ class ModelSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelSpec":
         data = dict(data)
         preset = data.pop("preset", cls.preset)
+        _check(isinstance(preset, str), f"model.preset must be a string, got {preset!r}")
         return cls(preset=preset, overrides=tuple(data.items()))
 
 
@@ -142,6 +144,7 @@ class RunConfig:
     progress: bool = True  # the `aiayn train` command draws a progress bar
 
     def __post_init__(self) -> None:
+        _check(bool(self.run_dir.strip()), "train.run_dir must not be empty (it would train into the current directory)")
         _check(self.update_freq >= 1, f"train.update_freq must be >= 1, got {self.update_freq}")
         for name in ("max_updates", "max_epochs", "save_every_updates", "validate_every", "patience", "num_threads"):
             _check(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
@@ -227,6 +230,7 @@ def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source
         if unknown:
             raise ConfigError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
                               f"known in [{name}]: {', '.join(sorted(known))}")
+        check_types(section_cls, body, prefix=f"{name}.")
         return section_cls(**body)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None

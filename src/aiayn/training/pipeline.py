@@ -10,12 +10,14 @@ prepares the data and says the loss; the model registry builds the model; the tr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
 
+from aiayn.io import exclusive_lock
 from aiayn.models import build_model
 from aiayn.runtime import resolve_device, seed_everything
 from aiayn.tasks import build_task
@@ -28,11 +30,15 @@ from aiayn.training.trainer import FitResult, Progress, Trainer
 log = logging.getLogger(__name__)
 
 
-def prepare_run_dir(cfg: TrainConfig, resume: bool) -> Path:
+LOCK_FILE = ".lock"
+
+
+def check_run_dir(cfg: TrainConfig, resume: bool) -> Path:
     run_dir = Path(cfg.train.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"train.run_dir {run_dir} is a file, not a directory")
     if not resume and ckpt.latest_checkpoint(run_dir / ckpt.CHECKPOINT_DIR) is not None:
         raise ValueError(f"{run_dir} already holds checkpoints; use --resume {run_dir} or another train.run_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
@@ -40,37 +46,80 @@ def _device_type(name: str) -> str:
     return "cuda" if name.startswith("cuda") or (name == "auto" and torch.cuda.is_available()) else "cpu"
 
 
+@contextlib.contextmanager
+def _run_lock(run_dir: Path, dist: DistInfo):
+    """Rank 0 holds an exclusive lock on run_dir for the whole run: two trainings never mix their work."""
+    if not dist.is_main:
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(run_dir / LOCK_FILE, f"run directory {run_dir}"):
+        yield
+
+
 def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = None,
           progress: Optional[Callable[[Progress], None]] = None) -> FitResult:
-    """Train per `cfg` into `cfg.train.run_dir`; with `resume`, continue from its last checkpoint.
-    `progress` is the trainer's callback (the command draws a bar with it)."""
+    """Train per `cfg` into `cfg.train.run_dir`; with `resume`, continue from its last good checkpoint.
+
+    Everything is validated before anything is written: the run directory is locked, a resume
+    must keep the model's shape and find a checkpoint that loads, and config.toml is written
+    once the run is set up. `progress` is the trainer's callback (the command draws a bar with it).
+    """
     run = cfg.train
     dist = dist or init_from_env(_device_type(run.device))
     try:
         device = resolve_device(run.device, dist.local_rank)
         if run.num_threads:
             torch.set_num_threads(run.num_threads)
-        run_dir = prepare_run_dir(cfg, resume) if dist.is_main else Path(run.run_dir)
-        if dist.is_main:
-            save_config(cfg, run_dir)
-        seed_everything(run.seed)
-        task = build_task(cfg)
-        task.prepare(run_dir, dist)
-        model_type, model_cfg = task.model_spec()
-        seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
-        model = build_model(model_type, model_cfg).to(device)
-        log.info("model: %s, %s parameters (%s)", model_type, f"{model.num_parameters():,}", cfg.model.preset)
-        lr_at = lr_function(run.schedule, model_cfg.d_model, cfg.optim.warmup_steps, cfg.optim.lr_factor)
-        trainer = Trainer(model, task, cfg.optim, run, run_dir, task.train_data(dist), lr_at,
-                          valid_data=task.valid_data(), dist=dist, progress=progress)
-        if resume:
-            last = ckpt.latest_checkpoint(run_dir / ckpt.CHECKPOINT_DIR)
-            if last is None:
-                raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint to resume from")
-            trainer.resume(last)
-        return trainer.fit()
+        run_dir = check_run_dir(cfg, resume)
+        with _run_lock(run_dir, dist):
+            if resume:
+                check_resumable(run_dir, cfg)
+            seed_everything(run.seed)
+            task = build_task(cfg)
+            task.prepare(run_dir, dist, fresh=not resume)
+            model_type, model_cfg = task.model_spec()
+            seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
+            model = build_model(model_type, model_cfg).to(device)
+            log.info("model: %s, %s parameters (%s)", model_type, f"{model.num_parameters():,}", cfg.model.preset)
+            lr_at = lr_function(run.schedule, model_cfg.d_model, cfg.optim.warmup_steps, cfg.optim.lr_factor)
+            trainer = Trainer(model, task, cfg.optim, run, run_dir, task.train_data(dist), lr_at,
+                              valid_data=task.valid_data(), dist=dist, progress=progress)
+            if resume:
+                resume_from_last_good(trainer, run_dir)
+            if dist.is_main:
+                save_config(cfg, run_dir)
+            return trainer.fit()
     finally:
         shutdown()
+
+
+def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:
+    """Load the newest checkpoint that loads; a damaged newer one is skipped with a warning."""
+    found = ckpt.list_checkpoints(run_dir / ckpt.CHECKPOINT_DIR)
+    if not found:
+        raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint to resume from")
+    for path in reversed(found):
+        try:
+            trainer.resume(path)
+            return
+        except (ValueError, FileNotFoundError) as e:
+            log.warning("cannot resume from %s (%s); trying the checkpoint before it", path, e)
+    raise ValueError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint loads ({len(found)} tried)")
+
+
+def check_resumable(run_dir: Path, cfg: TrainConfig) -> None:
+    """A resumed run keeps its model's shape: a changed shape field is an error naming it."""
+    saved = load_config(Path(run_dir) / CONFIG_NAME)
+    changeable = {"dropout", "attention_dropout", "activation_dropout"}
+    before, after = saved.model.build(64, 64).to_dict(), cfg.model.build(64, 64).to_dict()
+    changed = [k for k in before if k not in changeable and before[k] != after[k]]
+    if changed:
+        k = changed[0]
+        raise ValueError(f"cannot resume {run_dir} with model.{k} = {after[k]!r}: the run was trained with "
+                         f"{before[k]!r}, and model shape fields cannot change on resume")
+    if cfg.task != saved.task:
+        raise ValueError(f"cannot resume {run_dir} as task {cfg.task!r}: it was trained as {saved.task!r}")
 
 
 def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> TrainConfig:

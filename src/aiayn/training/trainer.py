@@ -69,7 +69,7 @@ class UpdateStats:
 @dataclass
 class FitResult:
     state: ckpt.TrainState
-    stop_reason: str  # "max_updates" | "max_epochs" | "max_minutes" | "patience" | "signal"
+    stop_reason: str  # "max_updates" | "max_epochs" | "max_minutes" | "patience" | "signal" | "already_finished"
     last_valid: dict = field(default_factory=dict)
 
 
@@ -166,7 +166,8 @@ class Trainer:
 
     def resume(self, path: str | Path) -> None:
         """Continue from checkpoint `path`: weights, optimizer, RNG, data position."""
-        self.state = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scaler, rank=self.dist.rank)
+        self.state = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scaler, rank=self.dist.rank,
+                                          world_size=self.dist.world_size)
         self._last_saved_step = self.state.step
         self.metrics.truncate_after(self.state.step)
         log.info("resumed from %s at update %d (epoch %d, batch %d)", path, self.state.step,
@@ -225,8 +226,15 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------
     def fit(self) -> FitResult:
-        """Train until a budget in `run` is spent, patience runs out or a signal arrives."""
+        """Train until a budget in `run` is spent, patience runs out or a signal arrives.
+
+        A resumed run whose budget is already spent changes nothing (no update, no save, no
+        model directory rewrite) and returns with stop_reason "already_finished"."""
         self._t0 = time.monotonic() - self.state.elapsed
+        if self.state.step > 0 and (done := self._stop_reason()) is not None:
+            log.info("the run already finished (%s) at update %d: nothing to do", done, self.state.step)
+            self.metrics.close()
+            return FitResult(self.state, "already_finished")
         self._last_save_time = self._elapsed()
         self._window = _Window(self._elapsed())
         reason, last_valid = None, {}
