@@ -81,7 +81,8 @@ def finished_run(tmp_path):
 
 
 def snapshot(run_dir: Path) -> dict:
-    return {p.relative_to(run_dir): (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*") if p.is_file()}
+    return {p.relative_to(run_dir): (p.stat().st_mtime_ns, p.read_bytes()) for p in run_dir.rglob("*")
+            if p.is_file() and p.name != ".lock"}  # the lock file holds the PID of whoever ran last
 
 
 @pytest.mark.parametrize("overrides", [[], ["train.max_updates=2"]])

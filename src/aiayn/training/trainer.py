@@ -231,7 +231,7 @@ class Trainer:
         A resumed run whose budget is already spent changes nothing (no update, no save, no
         model directory rewrite) and returns with stop_reason "already_finished"."""
         self._t0 = time.monotonic() - self.state.elapsed
-        if self.state.step > 0 and (done := self._stop_reason()) is not None:
+        if (done := self.finished()) is not None:
             log.info("the run already finished (%s) at update %d: nothing to do", done, self.state.step)
             self.metrics.close()
             return FitResult(self.state, "already_finished")
@@ -280,6 +280,10 @@ class Trainer:
         if self._save_due(stats.applied):
             self.save()
         return valid
+
+    def finished(self) -> Optional[str]:
+        """Why a resumed run has nothing left to do (its budget is spent), or None. All ranks must call."""
+        return self._stop_reason() if self.state.step > 0 else None
 
     def _save_due(self, applied: bool) -> bool:
         run, s = self.run, self.state
