@@ -109,3 +109,64 @@ def test_evaluate_model_and_line_count_mismatch(model_dir, tmp_path, capsys):
     ref.write_text("a b\n")
     assert main(["evaluate", "--ref", str(ref), "--hyp", str(src)]) == 2
     assert "2 lines" in capsys.readouterr().err
+
+
+CR_TEXT = "a b\rc d\r\ne\rf\n\ng\n"  # 4 lines: a bare CR is inside a line, CRLF ends one
+CR_LINES = ["a b\rc d", "e\rf", "", "g"]
+
+
+def test_a_bare_cr_does_not_split_stdin_lines(model_dir, monkeypatch, capsys):
+    with_stdin(monkeypatch, CR_TEXT)
+    assert main(["translate", str(model_dir), *FAST]) == 0
+    out = capsys.readouterr().out
+    want = Translator.from_pretrained(model_dir).translate(CR_LINES, beam_size=2, max_len_b=4)
+    assert out.split("\n") == [*want, ""] and "\r" not in out
+
+
+def test_a_bare_cr_does_not_split_input_file_lines(model_dir, tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_bytes(CR_TEXT.encode("utf-8"))
+    assert main(["translate", str(model_dir), "-i", str(src), *FAST]) == 0
+    assert len(capsys.readouterr().out.split("\n")) == len(CR_LINES) + 1
+
+
+def test_evaluate_counts_lines_at_newlines_only(tmp_path, capsys):
+    ref, hyp = tmp_path / "ref", tmp_path / "hyp"
+    ref.write_bytes(b"a b\r\nc d\r\ne\r\nf\r\n")
+    hyp.write_bytes(CR_TEXT.encode("utf-8"))
+    assert main(["evaluate", "--ref", str(ref), "--hyp", str(hyp), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["n_sentences"] == 4
+
+
+def test_seeded_samples_are_the_same_from_stdin_chunks_and_a_file(model_dir, tmp_path, monkeypatch, capsys):
+    import aiayn.commands.translate as translate
+
+    text = "\n".join(LINES) + "\n"
+    src = tmp_path / "in.txt"
+    src.write_text(text, encoding="utf-8")
+    sampling = ["--method", "sample", "--seed", "3", "--max-len-b", "6"]
+    assert main(["translate", str(model_dir), "-i", str(src), *sampling]) == 0
+    from_file = capsys.readouterr().out
+    monkeypatch.setattr(translate, "STDIN_CHUNK", 2)
+    with_stdin(monkeypatch, text)
+    assert main(["translate", str(model_dir), *sampling]) == 0
+    assert capsys.readouterr().out == from_file
+
+
+def test_nbest_without_beam_search_is_a_clear_error(model_dir, monkeypatch, capsys):
+    with_stdin(monkeypatch, "a b\n")
+    assert main(["translate", str(model_dir), "--nbest", "2", "--method", "greedy"]) == 2
+    assert capsys.readouterr().err == ("aiayn translate: error: nbest 2 needs beam search with beam_size >= 2, "
+                                       "got method 'greedy' with beam_size 4: greedy search (beam size 1) "
+                                       "and sampling give one unscored output\n")
+
+
+def test_evaluate_checks_line_counts_before_translating(model_dir, tmp_path, monkeypatch, capsys):
+    import aiayn.commands.translate as translate
+
+    src, ref = tmp_path / "src", tmp_path / "ref"
+    src.write_text("a b\nc d\ne\n")
+    ref.write_text("a b\nc d\n")
+    monkeypatch.setattr(translate, "load_translator", lambda args: pytest.fail("translated before checking"))
+    assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref)]) == 2
+    assert capsys.readouterr().err == f"aiayn evaluate: error: {src} has 3 lines but {ref} has 2\n"

@@ -73,3 +73,16 @@ def test_seed_in_the_config_makes_sampling_reproducible():
     model, src = SameEveryStep(), torch.full((50, 2), A)
     run = lambda seed: sample(model, src, SamplingConfig(seed=seed), max_len_a=0.0, max_len_b=4)  # noqa: E731
     assert run(7) == run(7) and run(7) != run(8)
+
+
+def test_a_row_with_its_own_generator_samples_what_it_samples_alone():
+    """Rows finish at different steps and leave the batch; each keeps drawing from its own generator."""
+    model, src = SameEveryStep(), torch.full((8, 2), A)
+    gens = lambda: [torch.Generator().manual_seed(100 + i) for i in range(8)]  # noqa: E731
+    together = sample(model, src, generators=gens(), max_len_a=0.0, max_len_b=30)
+    assert len({len(row) for row in together}) > 1  # rows end at different steps
+    alone = [sample(model, src[i:i + 1], generators=[g], max_len_a=0.0, max_len_b=30)[0]
+             for i, g in enumerate(gens())]
+    assert alone == together
+    with pytest.raises(ValueError, match="one generator per row"):
+        sample(model, src, generators=gens()[:3])

@@ -60,6 +60,25 @@ def test_sampling_is_seeded(model_dir):
     assert run(1) == run(1)
 
 
+@pytest.mark.parametrize("kwargs", [{"method": "greedy", "nbest": 1}, {"method": "sample", "nbest": 2},
+                                    {"beam_size": 1, "nbest": 1}, {"beam_size": 2, "nbest": 3}])
+def test_nbest_needs_beam_search(model_dir, kwargs):
+    """Greedy and sampled outputs have no scored n-best list: refused, not given a score of 0."""
+    tr = Translator.from_pretrained(model_dir)
+    with pytest.raises(ValueError, match=f"nbest {kwargs['nbest']} needs beam search with beam_size >= "):
+        tr.translate(["a b"], max_len_b=3, **kwargs)
+
+
+def test_seeded_sample_depends_only_on_seed_and_line_number(model_dir):
+    tr = Translator.from_pretrained(model_dir)
+    run = lambda lines, first=0: tr.translate(lines, method="sample", seed=5, max_len_b=6,  # noqa: E731
+                                              first_index=first)
+    together = run(SENTENCES)
+    assert [run([s], i)[0] for i, s in enumerate(SENTENCES)] == together  # alone, with its line number
+    assert run(SENTENCES[:3]) + run(SENTENCES[3:], 3) == together  # in chunks
+    assert run(SENTENCES[:3], 1) != together[:3]  # other line numbers, other samples
+
+
 def test_overlong_truncated_with_warning_and_unknown_symbols(model_dir, caplog):
     tr = Translator.from_pretrained(model_dir, max_input_tokens=4)
     with caplog.at_level(logging.WARNING):
@@ -116,7 +135,7 @@ def test_concurrent_translate_calls_equal_the_same_calls_made_alone():
     jobs = []
     for t in range(8):
         sentences = [" ".join(rng.choice(letters) for _ in range(rng.randint(1, 3 + 2 * t))) for _ in range(3 + t)]
-        kwargs = {"method": "greedy"} if t % 2 else {"beam_size": 1 + t % 4, "nbest": 1 + t % 2}
+        kwargs = {"method": "greedy"} if t % 2 else {"beam_size": 2 + t % 3, "nbest": 1 + t // 4}
         jobs.append((sentences, kwargs))
     alone = [tr.translate(s, **kw) for s, kw in jobs]
     barrier = threading.Barrier(len(jobs))

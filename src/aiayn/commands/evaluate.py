@@ -23,13 +23,20 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import json
 
-    from aiayn.commands.translate import read_lines
+    from aiayn.commands.translate import check_writable, read_lines
 
     refs = read_lines(args.ref)
-    hyps = read_lines(args.hyp) if args.hyp else _translate(args)
-    source = args.hyp or args.src
-    if len(hyps) != len(refs):
-        raise ValueError(f"{source} has {len(hyps)} lines but {args.ref} has {len(refs)}")
+    if args.hyp:
+        hyps = read_lines(args.hyp)
+        check_aligned(args.hyp, hyps, args.ref, refs)
+    else:
+        if not args.src:
+            raise ValueError("--model needs --src (the source file to translate)")
+        sources = read_lines(args.src)
+        check_aligned(args.src, sources, args.ref, refs)  # before spending time on translation
+        if args.save_hyp:
+            check_writable(args.save_hyp)
+        hyps = _translate(args, sources)
     from aiayn.metrics import translation_scores
 
     result = translation_scores(hyps, refs, args.tokenize)
@@ -41,15 +48,19 @@ def run(args) -> int:
     return 0
 
 
-def _translate(args) -> list[str]:
-    from aiayn.commands.translate import (format_results, load_translator, read_lines, translate_kwargs,
+def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -> None:
+    """Lines are counted the way `aiayn translate` counts them: at "\n" only."""
+    if len(lines) != len(refs):
+        raise ValueError(f"{path} has {len(lines)} lines but {ref_path} has {len(refs)}")
+
+
+def _translate(args, sources: list[str]) -> list[str]:
+    from aiayn.commands.translate import (format_results, load_translator, translate_kwargs,
                                           translate_with_progress, write_lines)
 
-    if not args.src:
-        raise ValueError("--model needs --src (the source file to translate)")
     translator = load_translator(args)
     hyps = [line.rstrip("\n") for line in format_results(
-        translate_with_progress(translator, read_lines(args.src), translate_kwargs(args)), 0, False)]
+        translate_with_progress(translator, sources, translate_kwargs(args)), 0, False)]
     if args.save_hyp:
         write_lines(args.save_hyp, [h + "\n" for h in hyps])
     return hyps

@@ -1,4 +1,8 @@
-"""`aiayn translate`: stdin -> stdout (or --input/--output files), one line per sentence."""
+"""`aiayn translate`: stdin -> stdout (or --input/--output files), one line per sentence.
+
+Input lines end at "\n" only (a CRLF line loses its "\r"; a bare "\r" inside a line is part of
+it), so there is one output line per input line, and no output line contains a line break.
+"""
 
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ def add_decode_arguments(p) -> None:
     g.add_argument("--temperature", type=float, help=f"sampling temperature (default: {_S.temperature})")
     g.add_argument("--top-k", type=int, help=f"sample from the k most probable tokens (default: {_S.top_k}, all)")
     g.add_argument("--top-p", type=float, help=f"nucleus sampling mass (default: {_S.top_p}, all)")
-    g.add_argument("--seed", type=int, help="sampling seed (default: unseeded)")
+    g.add_argument("--seed", type=int, help="sampling seed: a line's sample depends only on the seed and its "
+                                            "line number, not on batching or input chunks (default: unseeded)")
     g.add_argument("--batch-tokens", type=int,
                    help="padded source tokens per batch (default: aiayn.decoding.translator.DEFAULT_BATCH_TOKENS)")
     g.add_argument("--max-input-tokens", type=int,
@@ -77,13 +82,22 @@ def format_results(results, first_index: int, nbest: bool) -> list[str]:
 
 
 def read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        return [line.rstrip("\r\n") for line in f]
+    """The lines of a UTF-8 file (invalid bytes replaced), split on "\n" only; see `chomp`."""
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        return [chomp(line) for line in f]
+
+
+def chomp(line: str) -> str:
+    """`line` without its "\n" and, for a CRLF line end, the "\r" before it. Text opened with
+    newline="\n" splits on "\n" alone; the default (universal newlines) would split at a bare "\r"."""
+    return line.removesuffix("\n").removesuffix("\r")
 
 
 def run(args) -> int:
     import io
 
+    if args.output is not None:
+        check_writable(args.output)
     translator = load_translator(args)
     kwargs = dict(translate_kwargs(args), nbest=args.nbest)
     if args.input is not None:
@@ -91,13 +105,14 @@ def run(args) -> int:
         out = format_results(translate_with_progress(translator, lines, kwargs), 0, args.nbest is not None)
         write_lines(args.output, out)
         return 0
-    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
     chunk = 1 if stdin.isatty() else STDIN_CHUNK
     sink = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         done = 0
-        while lines := [line.rstrip("\r\n") for line in islice(stdin, chunk)]:
-            sink.writelines(format_results(translator.translate(lines, **kwargs), done, args.nbest is not None))
+        while lines := [chomp(line) for line in islice(stdin, chunk)]:
+            results = translator.translate(lines, first_index=done, **kwargs)  # line numbers seed samples
+            sink.writelines(format_results(results, done, args.nbest is not None))
             sink.flush()
             done += len(lines)
     finally:
@@ -111,6 +126,22 @@ def translate_with_progress(translator, lines: list[str], kwargs: dict):
 
     with tqdm(total=len(lines), unit="sent", file=sys.stderr, dynamic_ncols=True) as bar:
         return translator.translate(lines, progress=bar.update, **kwargs)
+
+
+def check_writable(path: str) -> None:
+    """Fail before translating, not after, when `path` cannot be written: its nearest existing
+    folder is a file or not writable. The error names that folder."""
+    import errno
+    import os
+    from pathlib import Path
+
+    folder = Path(path).absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
 
 
 def write_lines(path: str | None, out: list[str]) -> None:

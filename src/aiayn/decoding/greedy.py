@@ -18,7 +18,7 @@ from aiayn.decoding.interface import Decodable
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
 
-Picker = Callable[[Tensor], Tensor]  # scores (N, V) -> chosen ids (N,)
+Picker = Callable[[Tensor, Tensor], Tensor]  # scores (N, V), each row's index in src (N,) -> chosen ids (N,)
 
 
 @torch.inference_mode()
@@ -45,7 +45,7 @@ def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | 
     row_limits, bans = limits, banned_tokens(src.device)
     for t in range(steps):
         scores = model.step(tokens, state)  # (N, V)
-        tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")))  # (N,)
+        tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")), rows)  # (N,)
         out[rows, t] = tokens
         alive &= (tokens != EOS_ID) & (row_limits > t + 1)
         if t % 8 == 7:  # a host sync every few steps only
@@ -67,7 +67,7 @@ def _strip(out: Tensor, limits: Tensor) -> list[list[int]]:
     return rows
 
 
-def _argmax(scores: Tensor) -> Tensor:
+def _argmax(scores: Tensor, rows: Tensor) -> Tensor:
     return scores.argmax(-1)
 
 

@@ -1,10 +1,13 @@
 """Ancestral sampling with temperature, top-k and top-p (nucleus) filtering.
 
-Seeded through an explicit `torch.Generator`, so a run is reproducible. Filtered-out
-tokens get probability exactly 0 and are therefore never drawn.
+Seeded through an explicit `torch.Generator`, so a run is reproducible; or through one
+generator per row, so that a row's sample does not depend on the rest of its batch.
+Filtered-out tokens get probability exactly 0 and are therefore never drawn.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -37,18 +40,28 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 
 def sample(model: Decodable, src: Tensor, config: SamplingConfig | None = None,
            generator: torch.Generator | None = None, max_len_a: float | None = None,
-           max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
+           max_len_b: int | None = None, min_len: int = 0,
+           generators: Sequence[torch.Generator] | None = None) -> list[list[int]]:
     """Sample one output per row of src (B, S); ids without BOS/EOS.
 
     Probabilities are softmax(logits / temperature) restricted by `filter_logits`; `config`
-    defaults to `SamplingConfig()`. `generator` overrides the one seeded from `config.seed`.
+    defaults to `SamplingConfig()`. `generator` overrides the one seeded from `config.seed`
+    and draws for the whole batch at once, so a row's sample depends on its batch.
+    `generators`, B of them on src's device, override both: row b draws only from
+    generators[b], one token per step, so its sample is the one it gets alone. This draws row
+    by row and costs a host sync per step; `generator` keeps the batched draw.
     """
     cfg = config or SamplingConfig()
-    if generator is None and cfg.seed is not None:
+    if generators is not None:
+        if generator is not None or len(generators) != src.shape[0]:
+            raise ValueError(f"generators needs one generator per row ({src.shape[0]}) and no generator")
+    elif generator is None and cfg.seed is not None:
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
 
-    def pick(scores: Tensor) -> Tensor:  # (N, V) -> (N,)
-        probs = filter_logits(scores.float() / cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    def pick(scores: Tensor, rows: Tensor) -> Tensor:  # (N, V), (N,) -> (N,)
+        probs = filter_logits(scores.float() / cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)  # (N, V)
+        if generators is None:
+            return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        return torch.cat([torch.multinomial(p, 1, generator=generators[r]) for p, r in zip(probs, rows.tolist())])
 
     return decode_rows(model, src, pick, max_len_a, max_len_b, min_len)

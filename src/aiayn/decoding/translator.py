@@ -9,11 +9,16 @@ are not decoded: they translate to "" so output stays aligned with input.
 The Translator builds the model's fastest decodable view once (`interface.for_inference`);
 call `refresh()` after changing the weights. Every `translate` call keeps its decoding
 state to itself, so one Translator may serve several threads at once.
+
+Seeded sampling draws each sentence from its own generator, seeded from (seed, line number)
+(`line_seed`), so a sentence's sample depends on neither its batch nor how the input was cut
+into `translate` calls (`first_index`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -69,19 +74,21 @@ class Translator:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def translate(self, sentences: Sequence[str], *, nbest: int | None = None,
+    def translate(self, sentences: Sequence[str], *, nbest: int | None = None, first_index: int = 0,
                   progress: Callable[[int], None] | None = None, **overrides) -> list[str] | list[NBest]:
         """Translate `sentences`, keeping their order.
 
         Returns one string per sentence, or, when `nbest` is given, a list of up to
         `nbest` (text, score) pairs per sentence, best first (score: length-normalised
-        log-probability; 0.0 for greedy/sampled outputs and blank lines).
+        log-probability; ("", 0.0) for a blank line). `nbest` needs beam search with
+        beam_size >= max(nbest, 2): greedy and sampled outputs have no scored n-best list.
         `overrides` are `DecodeConfig` fields (method, beam_size, length_penalty, ...) and
         `SamplingConfig` fields (temperature, top_k, top_p, seed); None leaves a field as it is.
+        `first_index` is the line number of `sentences[0]` in the whole input: a seeded
+        sample depends only on the seed and the line number.
         `progress(n)` is called after each batch with the number of sentences it held.
         """
         decode, sampling = self._configs(overrides, nbest)
-        generator = torch.Generator(device=self.device).manual_seed(sampling.seed) if sampling.seed is not None else None
         results: list[NBest] = [[("", 0.0)] for _ in sentences]
         sources = {i: encode_source(self.tokenizers.src, s, self.max_input_tokens)
                    for i, s in enumerate(sentences) if s.strip()}
@@ -89,7 +96,8 @@ class Translator:
             progress(len(sentences) - len(sources))  # blank lines are done already
         for batch in self._batches(sources):
             src = pad_sources([sources[i] for i in batch], PAD_ID, self.device)
-            for i, hyps in zip(batch, self._search(src, decode, sampling, generator)):
+            lines = [first_index + i for i in batch]
+            for i, hyps in zip(batch, self._search(src, decode, sampling, lines)):
                 results[i] = [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]
             if progress is not None:
                 progress(len(batch))
@@ -97,16 +105,23 @@ class Translator:
 
     def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
         given = {k: v for k, v in overrides.items() if v is not None}
-        if nbest is not None:
-            given["nbest"] = nbest
         sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
-        return dataclasses.replace(self.decode, **given), dataclasses.replace(self.sampling, **sampling)
+        decode = dataclasses.replace(self.decode, **given)
+        if nbest is not None:
+            if decode.method != "beam" or decode.beam_size < max(nbest, 2):
+                raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "
+                                 f"{decode.method!r} with beam_size {decode.beam_size}: greedy search (beam size 1) "
+                                 "and sampling give one unscored output")
+            decode = dataclasses.replace(decode, nbest=nbest)
+        return decode, dataclasses.replace(self.sampling, **sampling)
 
-    def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, generator):
-        """-> per row, a list of (token ids, score)."""
+    def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, lines: list[int]):
+        """-> per row, a list of (token ids, score). `lines`: each row's line number, for seeding."""
         a, b = decode.max_len_a, decode.max_len_b
         if decode.method == "sample":
-            outs = sample(self.decoder, src, sampling, generator, a, b)
+            generators = None if sampling.seed is None else [
+                torch.Generator(device=self.device).manual_seed(line_seed(sampling.seed, i)) for i in lines]
+            outs = sample(self.decoder, src, sampling, max_len_a=a, max_len_b=b, generators=generators)
         elif decode.method == "greedy" or decode.beam_size == 1:
             outs = greedy_search(self.decoder, src, a, b)
         else:
@@ -124,6 +139,13 @@ class Translator:
             batch.append(i)
         if batch:
             yield batch
+
+
+def line_seed(seed: int, line: int) -> int:
+    """The seed of line number `line` in a run seeded with `seed`: a hash, so that neighbouring
+    (seed, line) pairs give unrelated random streams. A 64-bit value, as `manual_seed` takes."""
+    digest = hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def _check_vocab(config, tokenizers) -> None:

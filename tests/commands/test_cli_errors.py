@@ -1,0 +1,121 @@
+"""`aiayn.cli.main`: every expected failure is one line `aiayn <command>: error: ...` on stderr and
+exit code 2, with no traceback (unless -v); a closed stdout ends the output quietly (141)."""
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import aiayn.commands.translate as translate
+from aiayn.cli import main
+from aiayn.config import ConfigError
+from aiayn.io import LockedError
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "model-da27d8d"  # knows the symbols a..j
+FAST = ["--method", "greedy", "--max-len-b", "3"]
+
+
+def with_stdin(monkeypatch, text: str) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+
+
+def one_error_line(err: str, command: str = "translate") -> str:
+    """The message of the single error line that is all of `err`."""
+    assert err.endswith("\n") and err.count("\n") == 1 and "Traceback" not in err, err
+    prefix = f"aiayn {command}: error: "
+    assert err.startswith(prefix), err
+    return err[len(prefix):-1]
+
+
+def raising(error: BaseException):
+    def fail(args):
+        raise error
+
+    return fail
+
+
+@pytest.mark.parametrize("error,message", [
+    (PermissionError(13, "Permission denied", "/runs/x/checkpoint.pt"), "/runs/x/checkpoint.pt: Permission denied"),
+    (OSError(28, "No space left on device"), "No space left on device"),
+    (RuntimeError("PytorchStreamWriter failed writing file data/0"), "PytorchStreamWriter failed writing file data/0"),
+    (LockedError("runs/x is in use by another process (PID 42)"), "runs/x is in use by another process (PID 42)"),
+    (ConfigError("warmup_steps must be an integer, got 10.5"), "warmup_steps must be an integer, got 10.5"),
+])
+def test_expected_failures_are_one_line(error, message, monkeypatch, capsys):
+    monkeypatch.setattr(translate, "load_translator", raising(error))
+    assert main(["translate", str(FIXTURE)]) == 2
+    assert one_error_line(capsys.readouterr().err) == message
+
+
+def test_verbose_shows_the_traceback(monkeypatch):
+    monkeypatch.setattr(translate, "load_translator", raising(LockedError("in use")))
+    with pytest.raises(LockedError, match="in use"):
+        main(["-v", "translate", str(FIXTURE)])
+
+
+def test_interrupt_exits_130(monkeypatch, capsys):
+    monkeypatch.setattr(translate, "load_translator", raising(KeyboardInterrupt()))
+    assert main(["translate", str(FIXTURE)]) == 130
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_missing_model_directory(tmp_path, capsys):
+    assert main(["translate", str(tmp_path / "nope")]) == 2
+    assert str(tmp_path / "nope") in one_error_line(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("from_file", [True, False])
+def test_unwritable_output_path(from_file, tmp_path, monkeypatch, capsys):
+    """An output path under a regular file is an error that names the file, before any translating."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    inputs = ["-i", str(src)] if from_file else []
+    with_stdin(monkeypatch, "a b\n")
+    monkeypatch.setattr(translate, "load_translator", raising(AssertionError("translated before checking")))
+    assert main(["translate", str(FIXTURE), *inputs, "-o", str(blocker / "sub" / "out.txt"), *FAST]) == 2
+    assert one_error_line(capsys.readouterr().err) == f"{blocker}: Not a directory"
+
+
+def test_read_only_output_folder(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # chmod cannot stop root
+    assert main(["translate", str(FIXTURE), "-o", str(tmp_path / "out.txt")]) == 2
+    assert one_error_line(capsys.readouterr().err) == f"{tmp_path}: Permission denied"
+
+
+def test_cuda_without_a_gpu_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["translate", str(FIXTURE), "--device", "cuda"]) == 2
+    assert "no CUDA device is available" in one_error_line(capsys.readouterr().err)
+
+
+class ClosedPipe:
+    """A stdout whose reader has gone."""
+
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    writelines = write
+
+    def flush(self):
+        pass
+
+
+def test_closed_stdout_ends_quietly(monkeypatch, capsys):
+    with_stdin(monkeypatch, "a b c\nd e\n")
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["translate", str(FIXTURE), *FAST]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_closed_stdout_pipe_in_a_real_process():
+    """As in `aiayn translate ... | head -1`: the interpreter's exit flush must not complain either."""
+    proc = subprocess.Popen([sys.executable, "-m", "aiayn", "translate", str(FIXTURE), *FAST],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before anything is written
+    _, err = proc.communicate(b"a b c\nd e\n", timeout=60)
+    assert proc.returncode == 141 and b"Traceback" not in err and b"Exception ignored" not in err, err
