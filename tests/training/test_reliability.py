@@ -180,14 +180,13 @@ def test_kill_9_at_random_moments_then_resume_is_bit_identical(tmp_path):
     c = corpus(tmp_path / "c", "abcdefgh")
     overrides = ["train.max_updates=40", "train.save_every_updates=2", "train.validate_every=0",
                  "model.dropout=0.1"]
-    straight = tmp_path / "straight"
-    train(config(tmp_path, c, straight, overrides=overrides))
-    run_dir = tmp_path / "killed"
+    run_dir, straight = tmp_path / "killed", tmp_path / "straight"
     recipe = tmp_path / "killed.toml"
     recipe.write_text(TINY.format(corpus=c, run_dir=run_dir, test=""))
     rng = random.Random(1)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # the same thread count everywhere: bit-identical sums
     start = [sys.executable, "-m", "aiayn", "train", str(recipe), *sum((["--set", o] for o in overrides), [])]
+    assert subprocess.run([*start, "--run-dir", str(straight)], env=env, capture_output=True).returncode == 0
     resume = [sys.executable, "-m", "aiayn", "train", "--resume", str(run_dir)]
     for i in range(10):
         cmd = resume if ckpt.latest_checkpoint(run_dir / "checkpoints") else start
