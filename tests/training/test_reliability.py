@@ -199,3 +199,22 @@ def test_kill_9_at_random_moments_then_resume_is_bit_identical(tmp_path):
     a, b = load_model(straight / "model"), load_model(run_dir / "model")
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(p, q), name
+
+
+def test_11_only_rank_0_prints_the_summary(tmp_path, monkeypatch, capsys):
+    """Under torchrun every rank runs the command; ranks other than 0 train and print nothing."""
+    from aiayn.commands import train as train_command
+    from aiayn.training import pipeline
+    from aiayn.training.checkpoint import TrainState
+    from aiayn.training.trainer import FitResult
+
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(TINY.format(corpus=corpus(tmp_path / "c", "ab"), run_dir=tmp_path / "run", test=""))
+    monkeypatch.setattr(pipeline, "train", lambda cfg, resume=False, progress=None: FitResult(TrainState(step=3), "max_updates"))
+    monkeypatch.setattr(train_command, "_is_main", lambda: False)
+    assert main(["train", str(recipe)]) == 0
+    assert capsys.readouterr().out == ""
+    monkeypatch.setattr(train_command, "_is_main", lambda: True)
+    monkeypatch.setattr(pipeline, "evaluate_test", lambda cfg, progress=None: None)
+    assert main(["train", str(recipe)]) == 0
+    assert "stopped (max_updates) after 3 updates" in capsys.readouterr().out
