@@ -50,7 +50,7 @@ class Translator:
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
         self.sampling = sampling or SamplingConfig()
-        self.max_input_tokens = max_input_tokens or model.config.max_positions
+        self.max_input_tokens = max_input_tokens or model.max_input_length
         self.batch_tokens = batch_tokens
         _check_vocab(model.config, tokenizers)
         self.refresh()

@@ -92,6 +92,10 @@ class FastDecoder:
     def max_output_length(self) -> int | None:
         return self.model.max_output_length
 
+    @property
+    def max_input_length(self) -> int:
+        return self.model.max_input_length
+
     def attention(self, src: Tensor, tgt_in: Tensor):
         return self.model.attention(src, tgt_in)
 

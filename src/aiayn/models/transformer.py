@@ -171,6 +171,12 @@ class Transformer(PretrainedModel):
         """Learned position tables end at max_positions; sinusoids never end."""
         return self.config.max_positions if self.config.positional == "learned" else None
 
+    @property
+    def max_input_length(self) -> int:
+        """Longer sources are truncated by the `Translator` (a learned table ends here; sinusoids
+        were never trained beyond the lengths such a config is meant for)."""
+        return self.config.max_positions
+
     @torch.inference_mode()
     def attention(self, src: Tensor, tgt_in: Tensor) -> AttentionWeights:
         """Every attention map of one teacher-forced pass: src (B, S), tgt_in (B, T) = BOS + prefix."""
