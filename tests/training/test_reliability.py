@@ -218,3 +218,12 @@ def test_11_only_rank_0_prints_the_summary(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(pipeline, "evaluate_test", lambda cfg, progress=None: None)
     assert main(["train", str(recipe)]) == 0
     assert "stopped (max_updates) after 3 updates" in capsys.readouterr().out
+
+
+def test_7_average_names_a_damaged_checkpoint(tmp_path, capsys):
+    run_dir = finished_run(tmp_path)
+    last = ckpt.latest_checkpoint(run_dir / "checkpoints")
+    (last / "model.safetensors").write_bytes(b"\x00" * 50)
+    assert main(["average", str(last), str(run_dir / "model"), "-o", str(tmp_path / "avg")]) == 2
+    err = capsys.readouterr().err
+    assert f"{last / 'model.safetensors'}: cannot load weights" in err and "Traceback" not in err
