@@ -28,3 +28,39 @@ def test_chrf_and_the_evaluate_dict():
 def test_mismatched_lengths_are_an_error():
     with pytest.raises(ValueError, match="2 hypotheses but 3 references"):
         metrics.bleu(HYPS[:2], REFS)
+
+
+def test_squad_normalisation_hand_worked():
+    assert metrics.squad_normalize("The  Cat, sat!") == "cat sat"
+    assert metrics.squad_normalize("An apple a day") == "apple day"
+    assert metrics.squad_normalize("theatre") == "theatre"  # articles only as whole words
+
+
+def test_exact_match_and_f1_hand_worked():
+    assert metrics.exact_match(["the cat", "a cat sat"], ["Cat", "cat"]).score == pytest.approx(50.0)
+    # "cat sat on mat" vs "the cat sat": 2 shared of 4 and 2 -> P 1/2, R 1, F1 2/3
+    assert metrics.token_f1(["cat sat on mat"], ["the cat sat"]).score == pytest.approx(200 / 3)
+    assert metrics.token_f1(["kitchen"], [["hallway", "the kitchen"]]).score == pytest.approx(100.0)  # best ref
+    assert metrics.token_f1(["a"], ["the"]).score == 0.0  # both empty after normalisation: SQuAD v1.1 gives 0
+    assert "squad-v1.1" in metrics.exact_match(["x"], ["x"]).signature
+
+
+def test_rouge_is_rouge_score_with_stemming_and_the_best_reference():
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    refs = [["a cat is running in the park", "the cat sat on a mat"], "a dog runs"]
+    got = metrics.rouge(HYPS[:2], refs)
+    for kind in ("rouge1", "rouge2", "rougeL"):
+        best0 = max(scorer.score(r, HYPS[0])[kind].fmeasure for r in refs[0])
+        expected = 100 * (best0 + scorer.score(refs[1], HYPS[1])[kind].fmeasure) / 2
+        assert got[kind].score == pytest.approx(expected)
+        assert "stemmer:porter" in got[kind].signature and "refs:max" in got[kind].signature
+    assert metrics.rouge(["cats running"], ["cat runs"])["rouge1"].score == pytest.approx(100.0)  # stemmed
+
+
+def test_babi_error_rates_and_failed_tasks():
+    errors = metrics.babi_errors(["kitchen", "garden", "office", "yes", "no"],
+                                 ["kitchen", "hallway", "Office.", "yes", "no"], [1, 1, 1, 2, 2])
+    assert errors.per_task == {1: pytest.approx(100 / 3), 2: 0.0}
+    assert errors.failed == 1 and errors.mean == pytest.approx(100 / 6)
