@@ -36,21 +36,27 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def time_call(fn: Callable[[], object]) -> float:
-    """Wall seconds of one call of `fn` (CPU: every op is synchronous)."""
+def time_call(fn: Callable[[], object], device: str | torch.device = "cpu") -> float:
+    """Wall seconds of one call of `fn`; on CUDA the queued kernels are waited for on both sides."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     fn()
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:
-    """Best-of-`repeats` GFLOP/s of an (n, n) @ (n, n) matmul on the current threads (2·n³ FLOPs).
+def matmul_peak_gflops(n: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32,
+                       device: str | torch.device = "cpu") -> float:
+    """Best-of-`repeats` GFLOP/s of an (n, n) @ (n, n) matmul on `device` (2·n³ FLOPs).
 
     The best, not the median: other processes on a shared machine only ever slow it down.
     """
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    a @ b  # warm-up: thread pool, MKL/oneDNN dispatch
-    best = min(time_call(lambda: a @ b) for _ in range(repeats))
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    a @ b  # warm-up: thread pool, MKL/oneDNN or cuBLAS dispatch
+    best = min(time_call(lambda: a @ b, device) for _ in range(repeats))
     return 2 * n**3 / best / 1e9
 
 

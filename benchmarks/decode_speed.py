@@ -66,10 +66,11 @@ def textbook(model, src, beam: int) -> list[list[int]]:
     cfg = model.config
     enc = model.encode(src)
     B = src.shape[0]
-    rows = torch.arange(B).repeat_interleave(beam)  # (B·K,)
+    dev = src.device
+    rows = torch.arange(B, device=dev).repeat_interleave(beam)  # (B·K,)
     enc.memory, enc.src_mask = enc.memory[rows], enc.src_mask[rows]
-    prefix = torch.full((B * beam, 1), BOS_ID)  # (B·K, 1 + t)
-    scores = torch.full((B, beam), float("-inf"))
+    prefix = torch.full((B * beam, 1), BOS_ID, device=dev)  # (B·K, 1 + t)
+    scores = torch.full((B, beam), float("-inf"), device=dev)
     scores[:, 0] = 0.0
     for _ in range(OUT_LEN):
         cache = model.init_cache(enc, capacity=prefix.shape[1])  # nothing reused between steps
@@ -78,7 +79,7 @@ def textbook(model, src, beam: int) -> list[list[int]]:
         logp = logits.log_softmax(-1).view(B, beam, -1)
         cand = scores[:, :, None] + logp  # (B, K, V)
         scores, flat = cand.view(B, -1).topk(beam, dim=1)  # (B, K)
-        origin = (torch.arange(B)[:, None] * beam + flat // logp.shape[-1]).view(-1)
+        origin = (torch.arange(B, device=dev)[:, None] * beam + flat // logp.shape[-1]).view(-1)
         prefix = torch.cat([prefix[origin], (flat % logp.shape[-1]).view(-1, 1)], dim=1)
     return prefix.view(B, beam, -1)[:, 0, 1:].tolist()
 
@@ -216,7 +217,7 @@ def _id(piece: str) -> int:
 
 
 # -- timing ------------------------------------------------------------------------------------
-def interleaved_tokens_per_second(fns: dict, runs: int) -> tuple[dict, dict]:
+def interleaved_tokens_per_second(fns: dict, runs: int, device: str = "cpu") -> tuple[dict, dict]:
     """Median tokens/s of each fn. Runs are interleaved (peer order rotating every round) so
     that load changes on a shared machine hit every peer alike. Returns (speeds, outputs)."""
     outs = {name: fn() for name, fn in fns.items()}  # warm-up, and the outputs to compare
@@ -224,23 +225,30 @@ def interleaved_tokens_per_second(fns: dict, runs: int) -> tuple[dict, dict]:
     names = list(fns)
     for r in range(runs):
         for name in names[r % len(names):] + names[: r % len(names)]:
+            if device != "cpu":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             fns[name]()
+            if device != "cpu":
+                torch.cuda.synchronize()
             times[name].append(time.perf_counter() - t0)
     speeds = {name: sum(len(row) for row in outs[name]) / statistics.median(times[name]) for name in fns}
     return speeds, outs
 
 
-def make_peers(model: Transformer, tmp: Path, threads: int, module_step: bool = False) -> dict:
+def make_peers(model: Transformer, tmp: Path, threads: int, module_step: bool = False, device: str = "cpu") -> dict:
     decoder = model if module_step else for_inference(model)  # built once, as a Translator does
     peers = {"ours": lambda src, beam: ours(decoder, src, beam),
              "textbook": lambda src, beam: textbook(model, src, beam)}
     try:
-        hf = marian_from_ours(model)
+        hf = marian_from_ours(model).to(device)
         peers["hf"] = lambda src, beam: hf_generate(hf, src, beam)
     except Exception as e:  # not installed, or an API change: report n/a
         print(f"hf: n/a ({type(e).__name__}: {e})", file=sys.stderr)
     for name, quant in (("ct2_fp32", None), ("ct2_int8", "int8")):
+        if device != "cpu":
+            print(f"{name}: n/a (run on the CPU only here)", file=sys.stderr)
+            continue
         try:
             import ctranslate2
 
@@ -262,19 +270,20 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default="small", help="model preset (default: small; tiny for a smoke test)")
     p.add_argument("--vocab", type=int, default=VOCAB, help=f"joint vocabulary size (default: {VOCAB})")
     p.add_argument("--skip", nargs="*", default=[], choices=PEERS, help="peers to leave out")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu); timings wait for CUDA kernels")
     p.add_argument("--module-step", action="store_true",
                    help="ours with the model's own step instead of its FastDecoder (models/fast_decoder.py)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = build_model(args.preset, args.vocab)
+    model = build_model(args.preset, args.vocab).to(args.device)
     rows, checks = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads, args.module_step).items() if k not in args.skip}
+        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads, args.module_step, args.device).items() if k not in args.skip}
         for strategy, beam in STRATEGIES.items():
             for batch in args.batch:
-                src = sources(batch, args.vocab)
+                src = sources(batch, args.vocab).to(args.device)
                 fns = {name: (lambda fn=fn: fn(src, beam)) for name, fn in peers.items()}
-                speeds, outs = interleaved_tokens_per_second(fns, args.runs)
+                speeds, outs = interleaved_tokens_per_second(fns, args.runs, args.device)
                 row = {"strategy": strategy, "batch": batch, **{name: speeds.get(name) for name in PEERS}}
                 rows.append(row)
                 if "ours" in outs:

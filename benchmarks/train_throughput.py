@@ -20,9 +20,13 @@ cross-attention K/V of the memory, QKᵀ and AV (full T×T, no causal discount, 
 PaLM's MFU), and the tied output projection. Embedding look-ups, norms, softmax and the
 optimiser are not counted.
 
-bf16 rows use `torch.autocast("cpu", dtype=torch.bfloat16)`. They run by default only
-when this CPU multiplies bf16 matrices natively (avx512_bf16 / AMX), judged by timing a
+bf16 rows use `torch.autocast(device, dtype=torch.bfloat16)`. On a CPU they run by default
+only when it multiplies bf16 matrices natively (avx512_bf16 / AMX), judged by timing a
 bf16 matmul against an fp32 one; `--precisions fp32,bf16` forces them.
+
+`--device cuda` runs both models on the GPU (timings wait for the queued kernels). There
+each row's MFU is against the measured matmul peak of its own precision: fp32 rows against
+the fp32 peak (TF32 off, torch's default), bf16 rows against the bf16 peak.
 
     .venv/bin/python benchmarks/train_throughput.py                 # small + base
     .venv/bin/python benchmarks/train_throughput.py --configs small --steps 10 --json
@@ -115,6 +119,10 @@ def make_batch(lengths: list[tuple[int, int]], gen: torch.Generator) -> Batch:
     return Batch(src, tgt_in, tgt_out, int((tgt_out != PAD_ID).sum()))
 
 
+def to_device(b: Batch, device: str) -> Batch:
+    return Batch(b.src.to(device), b.tgt_in.to(device), b.tgt_out.to(device), b.n_tokens)
+
+
 def make_batches(n: int, max_tokens: int, seed: int) -> list[Batch]:
     """`n` batches drawn at random from the length buckets (fixed by `seed`)."""
     buckets = bucket(sentence_lengths(seed), max_tokens)
@@ -199,7 +207,7 @@ class Runner:
 
     def step(self, batch: Batch) -> None:
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with torch.autocast(batch.src.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             logits = self.model(batch.src, batch.tgt_in)  # (B, T, V)
         loss = F.cross_entropy(logits.float().flatten(0, 1), batch.tgt_out.flatten(),
                                label_smoothing=OptimConfig().label_smoothing, ignore_index=PAD_ID)
@@ -208,7 +216,7 @@ class Runner:
         self.losses.append(loss.item())
 
     def timed_step(self, batch: Batch, flops: float, record: bool) -> None:
-        seconds = time_call(lambda: self.step(batch))
+        seconds = time_call(lambda: self.step(batch), batch.src.device)
         if not math.isfinite(self.losses[-1]):
             raise RuntimeError(f"{self.name}: non-finite loss {self.losses[-1]}")
         if record:
@@ -220,12 +228,15 @@ def model_config(name: str) -> TransformerConfig:
     return TransformerConfig.preset(name, src_vocab_size=VOCAB)
 
 
-def run_config(name: str, precisions: list[str], batches: list[Batch], warmup: int, peak: float) -> list[dict]:
-    """Interleave ours (each precision) and nn.Transformer fp32 over the same batches."""
+def run_config(name: str, precisions: list[str], batches: list[Batch], warmup: int,
+               peaks: dict[str, float]) -> list[dict]:
+    """Interleave ours (each precision) and nn.Transformer fp32 over the same batches.
+    `peaks`: GFLOP/s per precision ("fp32", "bf16"), the MFU denominators."""
     cfg = model_config(name)
+    device = batches[0].src.device
     torch.manual_seed(0)
-    runners = [Runner(f"ours-{p}", Transformer(cfg), bf16=(p == "bf16")) for p in precisions]
-    reference = Runner("torch-fp32", TorchReference(cfg), bf16=False)
+    runners = [Runner(f"ours-{p}", Transformer(cfg).to(device), bf16=(p == "bf16")) for p in precisions]
+    reference = Runner("torch-fp32", TorchReference(cfg).to(device), bf16=False)
     order = [runners[0], reference, *runners[1:]]
     for i, batch in enumerate(batches):
         flops = train_flops(cfg, batch.src.shape[0], batch.src.shape[1], batch.tgt_in.shape[1])
@@ -234,8 +245,8 @@ def run_config(name: str, precisions: list[str], batches: list[Batch], warmup: i
     torch_tok_s = median(reference.tok_s)
     return [{
         "config": name, "precision": p, "ours_tok_s": median(r.tok_s), "torch_tok_s": torch_tok_s,
-        "ratio": median(r.tok_s) / torch_tok_s, "mfu": median(r.flop_s) / (peak * 1e9),
-        "torch_mfu": median(reference.flop_s) / (peak * 1e9),
+        "ratio": median(r.tok_s) / torch_tok_s, "mfu": median(r.flop_s) / (peaks[p] * 1e9),
+        "torch_mfu": median(reference.flop_s) / (peaks["fp32"] * 1e9),
     } for p, r in zip(precisions, runners)]
 
 
@@ -257,11 +268,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=4000, help="padded target tokens per batch (default: 4000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--peak-size", type=int, default=2048, help="n of the n³ fp32 matmul timed for the peak")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     add_common_arguments(p)
     return p.parse_args(argv)
 
 
-def choose_precisions(arg: str) -> tuple[list[str], str | None]:
+def choose_precisions(arg: str, device: str = "cpu") -> tuple[list[str], str | None]:
     """The precisions to run, and a note when bf16 was left out."""
     if arg != "auto":
         precisions = [p.strip() for p in arg.split(",") if p.strip()]
@@ -269,6 +281,8 @@ def choose_precisions(arg: str) -> tuple[list[str], str | None]:
         if bad or not precisions:
             raise SystemExit(f"--precisions: expected fp32 and/or bf16, got {arg!r}")
         return sorted(precisions, key=["fp32", "bf16"].index), None
+    if device != "cpu":
+        return ["fp32", "bf16"], None
     native, bf16 = native_bf16(matmul_peak_gflops(512, repeats=2))
     if native:
         return ["fp32", "bf16"], None
@@ -282,26 +296,28 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for name in configs:
         model_config(name)  # unknown presets fail before any timing
-    precisions, note = choose_precisions(args.precisions)
-    peak = matmul_peak_gflops(args.peak_size)
-    print(f"threads {threads}, allocator {allocator_name()}, fp32 matmul peak {peak:.1f} GFLOP/s "
-          f"({args.peak_size}³), "
+    precisions, note = choose_precisions(args.precisions, args.device)
+    peaks = {p: matmul_peak_gflops(args.peak_size, dtype=torch.bfloat16 if p == "bf16" else torch.float32,
+                                   device=args.device) for p in ["fp32", *precisions]}
+    peak = peaks["fp32"]
+    print(f"device {args.device}, threads {threads}, allocator {allocator_name()}, matmul peak "
+          + ", ".join(f"{p} {g:,.1f} GFLOP/s" for p, g in peaks.items()) + f" ({args.peak_size}³), "
           f"{args.steps} steps after {args.warmup_steps} warm-up, ≤{args.max_tokens} target tokens per batch")
     if note:
         print(note)
-    batches = make_batches(args.warmup_steps + args.steps, args.max_tokens, args.seed)
+    batches = [to_device(b, args.device) for b in make_batches(args.warmup_steps + args.steps, args.max_tokens, args.seed)]
     rows = []
     for name in configs:
-        rows += run_config(name, precisions, batches, args.warmup_steps, peak)
+        rows += run_config(name, precisions, batches, args.warmup_steps, peaks)
     print(format_table(rows, [
         ("config", "config", ""), ("precision", "ours", ""), ("ours_tok_s", "ours tok/s", ",.0f"),
         ("torch_tok_s", "torch fp32 tok/s", ",.0f"), ("ratio", "ratio", ".2f"),
         ("mfu", "ours MFU", ".2f"), ("torch_mfu", "torch MFU", ".2f"),
     ]))
     print("tok/s: real target tokens per second, median over steps; MFU: exact matmul FLOPs "
-          "(3 x forward, attention included) / fp32 matmul peak")
+          "(3 x forward, attention included) / the matmul peak of the row's precision")
     if args.json:
-        emit_json({"peak_gflops": peak, "threads": threads, "allocator": allocator_name(),
+        emit_json({"device": args.device, "peak_gflops": peak, "peaks_gflops": peaks, "threads": threads, "allocator": allocator_name(),
                    "steps": args.steps, "max_tokens": args.max_tokens, "skipped": note, "rows": rows})
     return 0
 
