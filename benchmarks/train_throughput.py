@@ -60,6 +60,7 @@ from _common import (  # noqa: E402
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, OptimConfig, TransformerConfig  # noqa: E402
 from aiayn.models.transformer import Transformer  # noqa: E402
+from aiayn.runtime import prepare_device  # noqa: E402
 
 VOCAB = 8000
 FIRST_ID = 4  # ids 0..3 are pad, bos, eos, unk
@@ -296,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for name in configs:
         model_config(name)  # unknown presets fail before any timing
+    prepare_device(args.device)  # as `aiayn train` does (no cuDNN attention: it plans every new shape)
     precisions, note = choose_precisions(args.precisions, args.device)
     peaks = {p: matmul_peak_gflops(args.peak_size, dtype=torch.bfloat16 if p == "bf16" else torch.float32,
                                    device=args.device) for p in ["fp32", *precisions]}

@@ -19,7 +19,7 @@ import torch
 
 from aiayn.io import exclusive_lock
 from aiayn.models import build_model
-from aiayn.runtime import resolve_device, seed_everything
+from aiayn.runtime import prepare_device, resolve_device, seed_everything
 from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config
@@ -69,6 +69,7 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
     dist = dist or init_from_env(_device_type(run.device))
     try:
         device = resolve_device(run.device, dist.local_rank)
+        prepare_device(device)
         if run.num_threads:
             torch.set_num_threads(run.num_threads)
         run_dir = check_run_dir(cfg, resume)
