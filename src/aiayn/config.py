@@ -81,6 +81,11 @@ class TransformerConfig:
                f"both vocabularies must hold the {UNK_ID + 1} special ids")
 
     @property
+    def width(self) -> int:
+        """The model width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
+        return self.d_model
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
@@ -102,7 +107,7 @@ class TransformerConfig:
         for key, fixed in SPECIAL_IDS.items():
             if key in data and data.pop(key) != fixed:
                 raise ConfigError(f"{key} must be {fixed}: special ids are fixed (aiayn.config.SPECIAL_IDS)")
-        known = _known_fields(cls, data, "model config")
+        known = known_fields(cls, data, "model config")
         check_types(cls, known)
         return cls(**known)
 
@@ -221,7 +226,7 @@ def _type_name(hint: Any) -> str:
     return names.get(hint, getattr(hint, "__name__", str(hint)))
 
 
-def _known_fields(cls: type, data: dict, what: str) -> dict:
+def known_fields(cls: type, data: dict, what: str) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:

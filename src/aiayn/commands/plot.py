@@ -58,11 +58,10 @@ def _schedule_settings(args) -> dict:
     """d_model / warmup / factor from --config, overridden by explicit flags."""
     values = {"d_model": None, "warmup": None, "factor": None, "schedule": None, "steps": None}
     if args.config:
-        from aiayn.config import TransformerConfig
         from aiayn.training.config import load_config
 
         cfg = load_config(args.config)
-        d_model = dict(cfg.model.overrides).get("d_model") or TransformerConfig.preset(cfg.model.preset).d_model
+        d_model = cfg.model.build(64, 64).width
         values = {"d_model": d_model, "warmup": cfg.optim.warmup_steps, "factor": cfg.optim.lr_factor,
                   "schedule": [cfg.train.schedule], "steps": cfg.train.max_updates or None}
     for key in values:

@@ -20,9 +20,13 @@ import torch
 
 from aiayn.config import ConfigError
 from aiayn.models.base import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel
+from aiayn.models.rnn import RNNConfig, RNNEncoderDecoder
 from aiayn.models.transformer import Transformer, count_parameters
 
-MODEL_TYPES: Mapping[str, type[PretrainedModel]] = MappingProxyType({Transformer.model_type: Transformer})
+MODEL_TYPES: Mapping[str, type[PretrainedModel]] = MappingProxyType({
+    Transformer.model_type: Transformer,
+    RNNEncoderDecoder.model_type: RNNEncoderDecoder,  # the recurrent baseline (Bahdanau / Luong attention)
+})
 DEFAULT_MODEL_TYPE = Transformer.model_type  # for config.json files without a model_type
 
 
@@ -61,6 +65,6 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Pre
 
 
 __all__ = [
-    "MODEL_TYPES", "DEFAULT_MODEL_TYPE", "PretrainedModel", "Transformer", "build_model", "count_parameters",
+    "MODEL_TYPES", "DEFAULT_MODEL_TYPE", "PretrainedModel", "RNNConfig", "RNNEncoderDecoder", "Transformer", "build_model", "count_parameters",
     "load_model", "model_class", "read_config", "CONFIG_FILE", "WEIGHTS_FILE",
 ]

@@ -57,7 +57,6 @@ class EpochBatches(Sequence):
 
 class TranslationTask:
     name = "translation"
-    model_type = "encoder-decoder"
 
     def __init__(self, cfg: TrainConfig):
         self.cfg, self.data = cfg, cfg.data
@@ -118,7 +117,8 @@ class TranslationTask:
         return load_tokenizers(directory)
 
     def model_spec(self):
-        return self.model_type, self.cfg.model.build(self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size)
+        """`[model] type`: the encoder-decoder (default) or another sequence-to-sequence model, e.g. "rnn"."""
+        return self.cfg.model.type, self.cfg.model.build(self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size)
 
     def train_data(self, dist: DistInfo) -> Callable[[int], EpochBatches]:
         """epoch -> this rank's deterministic batches; `max_tokens` bounds src.numel() + tgt_in.numel()."""

@@ -40,11 +40,13 @@ def _check(cond: bool, message: str) -> None:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A preset name plus `TransformerConfig` overrides. Vocabulary sizes are not set here:
-    they come from the tokenizers, so `build` is called once those exist."""
+    """The model's type (a name in `aiayn.models.MODEL_TYPES`), a preset (the encoder-decoder's
+    `TransformerConfig.preset`s) and field overrides of the type's config. Vocabulary sizes are
+    not set here: they come from the tokenizers, so `build` is called once those exist."""
 
     preset: str = "base"
     overrides: tuple[tuple[str, Any], ...] = ()
+    type: str = "encoder-decoder"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", tuple(sorted(dict(self.overrides).items())))
@@ -53,23 +55,30 @@ class ModelSpec:
                    f"model.{key} is set from the tokenizer; set data.vocab_size instead")
         self.build(64, 64 if dict(self.overrides).get("share_embeddings", True) is not False else 65)
 
-    def build(self, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
-        fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    def build(self, src_vocab_size: int, tgt_vocab_size: int):
+        """The model config (`TransformerConfig`, `RNNConfig`, ...) for these vocabulary sizes."""
+        from aiayn.models import model_class
+
+        config_class = model_class(self.type).config_class
+        fields = {f.name for f in dataclasses.fields(config_class)}
         unknown = sorted(set(dict(self.overrides)) - fields)
-        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}; known: preset, {', '.join(sorted(fields))}")
-        check_types(TransformerConfig, dict(self.overrides), prefix="model.")
-        return TransformerConfig.preset(self.preset, src_vocab_size=src_vocab_size,
-                                        tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
+        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}; known: type, preset, {', '.join(sorted(fields))}")
+        check_types(config_class, dict(self.overrides), prefix="model.")
+        if config_class is TransformerConfig:
+            return TransformerConfig.preset(self.preset, src_vocab_size=src_vocab_size,
+                                            tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
+        return config_class(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
 
     def to_dict(self) -> dict:
-        return {"preset": self.preset, **dict(self.overrides)}
+        return {"type": self.type, "preset": self.preset, **dict(self.overrides)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelSpec":
         data = dict(data)
-        preset = data.pop("preset", cls.preset)
-        _check(isinstance(preset, str), f"model.preset must be a string, got {preset!r}")
-        return cls(preset=preset, overrides=tuple(data.items()))
+        preset, kind = data.pop("preset", cls.preset), data.pop("type", cls.type)
+        _check(isinstance(preset, str) and isinstance(kind, str),
+               f"model.preset and model.type must be strings, got {preset!r}, {kind!r}")
+        return cls(preset=preset, overrides=tuple(data.items()), type=kind)
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
             model = build_model(model_type, model_cfg).to(device)
             log.info("model: %s, %s parameters (%s)", model_type, f"{model.num_parameters():,}", cfg.model.preset)
-            lr_at = lr_function(run.schedule, model_cfg.d_model, cfg.optim.warmup_steps, cfg.optim.lr_factor)
+            lr_at = lr_function(run.schedule, model_cfg.width, cfg.optim.warmup_steps, cfg.optim.lr_factor)
             trainer = Trainer(model, task, cfg.optim, run, run_dir, task.train_data(dist), lr_at,
                               valid_data=task.valid_data(), dist=dist, progress=progress)
             if resume:
@@ -113,6 +113,8 @@ def check_resumable(run_dir: Path, cfg: TrainConfig) -> None:
     """A resumed run keeps its model's shape: a changed shape field is an error naming it."""
     saved = load_config(Path(run_dir) / CONFIG_NAME)
     changeable = {"dropout", "attention_dropout", "activation_dropout"}
+    if cfg.model.type != saved.model.type:
+        raise ValueError(f"cannot resume {run_dir} as model.type {cfg.model.type!r}: it was trained as {saved.model.type!r}")
     before, after = saved.model.build(64, 64).to_dict(), cfg.model.build(64, 64).to_dict()
     changed = [k for k in before if k not in changeable and before[k] != after[k]]
     if changed:
