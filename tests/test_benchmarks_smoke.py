@@ -51,3 +51,12 @@ def test_loss_json_keys():
     out = _last_json_line("loss.py", "--rows", "64", "--vocab", "50", "--repeats", "1", "--threads", "1", "--json")
     assert (out["rows_n"], out["vocab"]) == (64, 50)
     assert all(math.isfinite(out[f"{p}_ms"]) and out[f"{p}_ms"] > 0 for p in ("ours", "autograd", "torch"))
+
+
+def test_layer_complexity_json_and_table_1_columns():
+    out = _last_json_line("layer_complexity.py", "--d", "16", "--n", "8", "32", "--runs", "1", "--batch", "1",
+                          "--threads", "1", "--json")
+    rows = {(r["layer"], r["n"]): r for r in out["rows"]}
+    assert rows[("recurrent (GRU)", 32)]["sequential"] == 32 and rows[("self-attention", 32)]["path"] == 1
+    assert rows[("self-attention", 32)]["gflop"] > 4 * rows[("self-attention", 8)]["gflop"] * 0.99  # grows with n
+    assert all(r["ms"] > 0 for r in out["rows"])
