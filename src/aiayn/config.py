@@ -46,6 +46,7 @@ class TransformerConfig:
     dropout: float = 0.1  # residual + embedding dropout, P_drop of §5.4
     attention_dropout: float = 0.0  # on attention weights; not in the paper
     activation_dropout: float = 0.0  # inside the FFN; not in the paper
+    attention_score: str = "scaled_dot"  # §3.2.1: "scaled_dot" (the paper's), "dot" or "additive" (its comparison)
     norm_first: bool = False  # False: post-norm, as in the paper; True: pre-norm
     positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"
     max_positions: int = 1024  # learned table size; sinusoidal extends on demand
@@ -72,6 +73,8 @@ class TransformerConfig:
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
             _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+        _check(self.attention_score in ("scaled_dot", "dot", "additive"),
+               f"attention_score must be 'scaled_dot', 'dot' or 'additive', got {self.attention_score!r}")
         _check(self.positional in ("sinusoidal", "learned"),
                f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         _check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),

@@ -126,3 +126,23 @@ def test_backward_has_finite_gradients():
     src, tgt = batch()
     model(src, tgt).logsumexp(-1).mean().backward()
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("score", ["dot", "additive"])
+def test_other_attention_scores_decode_with_the_model_step(score):
+    """§3.2.1's alternatives: cached steps equal teacher forcing, the parameter count is still
+    analytic, and the FastDecoder (scaled dot-product only) steps aside."""
+    from aiayn.decoding import for_inference, greedy_search
+    from aiayn.models.fast_decoder import FastDecoder
+
+    model = tiny(attention_score=score).eval()
+    assert model.num_parameters() == count_parameters(model.config)
+    src, tgt = batch()
+    full = model(src, tgt)
+    state = model.start(src)
+    for t in range(tgt.shape[1]):
+        torch.testing.assert_close(model.step(tgt[:, t], state), full[:, t], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=score):
+        FastDecoder(model)
+    assert for_inference(model) is model
+    assert len(greedy_search(model, src, 1.0, 3)) == src.shape[0]

@@ -1,3 +1,4 @@
+import math
 import pytest
 import torch
 from torch import nn
@@ -78,3 +79,30 @@ def test_weights_rows_sum_to_one_and_masked_keys_get_zero():
     _, w = scaled_dot_product_attention(q, k, v, masks.key_mask(keep), need_weights=True)
     torch.testing.assert_close(w.sum(-1), torch.ones(1, H, 3))
     assert torch.equal(w[..., 2], torch.zeros(1, H, 3))
+
+
+def test_dot_and_additive_scores_against_hand_computed_weights():
+    """§3.2.1's comparison: q = (1, 2), keys (1, 0) and (0, 1), one head."""
+    from aiayn.modules.attention import additive_attention
+
+    q = torch.tensor([[[[1.0, 2.0]]]])  # (B=1, H=1, Tq=1, Dh=2)
+    k = torch.tensor([[[[1.0, 0.0], [0.0, 1.0]]]])  # (1, 1, Tk=2, 2)
+    v = torch.tensor([[[[10.0, 0.0], [0.0, 10.0]]]])
+    softmax = lambda a, b: torch.softmax(torch.tensor([a, b]), 0)  # noqa: E731
+    _, w = scaled_dot_product_attention(q, k, v, need_weights=True, scale=1.0)  # dot: scores 1, 2
+    torch.testing.assert_close(w[0, 0, 0], softmax(1.0, 2.0))
+    _, w = scaled_dot_product_attention(q, k, v, need_weights=True)  # scaled: 1/√2, 2/√2
+    torch.testing.assert_close(w[0, 0, 0], softmax(1 / 2**0.5, 2 / 2**0.5))
+    out, w = additive_attention(q, k, v, torch.tensor([[1.0, -1.0]]), need_weights=True)
+    t = math.tanh  # wᵀ tanh(q + k): q + k = (2, 2) and (1, 3)
+    expected = softmax(t(2) - t(2), t(1) - t(3))
+    torch.testing.assert_close(w[0, 0, 0], expected)
+    torch.testing.assert_close(out[0, 0, 0], 10 * expected)
+
+
+def test_dot_score_takes_the_fused_path_with_the_same_result():
+    q, k, v = (torch.randn(2, 2, 3, 4) for _ in range(3))
+    mask = torch.tensor([[True, True, False], [True, False, False]])[:, None, None, :]
+    fused, _ = scaled_dot_product_attention(q, k, v, mask, scale=1.0)
+    explicit, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=True, scale=1.0)
+    torch.testing.assert_close(fused, explicit)

@@ -138,6 +138,9 @@ class FastDecoder:
 def _check_supported(model) -> None:
     if model.training:
         raise ValueError("FastDecoder is for inference: call model.eval() first")
+    if model.config.attention_score != "scaled_dot":
+        raise ValueError(f"FastDecoder computes scaled dot-product attention; this model uses "
+                         f"{model.config.attention_score!r}: decode with the model itself")
     for layer in model.decoder.layers:
         if type(layer) is not DecoderLayer or type(layer.ff) is not PositionwiseFeedForward:
             raise ValueError(f"FastDecoder computes DecoderLayer with a ReLU FFN; got {type(layer).__name__} "

@@ -195,7 +195,7 @@ class Transformer(PretrainedModel):
 def count_parameters(cfg: TransformerConfig) -> int:
     """The analytic parameter count of `Transformer(cfg)`, for checking and for the README."""
     D, F_ = cfg.d_model, cfg.d_ff
-    attention = 4 * (D * D + D)  # W^Q, W^K, W^V, W^O with biases
+    attention = 4 * (D * D + D) + (D if cfg.attention_score == "additive" else 0)  # W^Q, W^K, W^V, W^O (+ w)
     ffn = D * F_ + F_ + F_ * D + D
     norm = 2 * D
     encoder = cfg.n_encoder_layers * (attention + ffn + 2 * norm)

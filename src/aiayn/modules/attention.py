@@ -15,37 +15,68 @@ from torch import Tensor, nn
 from aiayn.modules import masks
 
 
+SCORES = ("scaled_dot", "dot", "additive")  # §3.2.1: the paper's, and the two it compares with
+
+
 def scaled_dot_product_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False,
-    dropout: float = 0.0, need_weights: bool = False,
+    dropout: float = 0.0, need_weights: bool = False, scale: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(q kᵀ / sqrt(d_k)) v (§3.2.1). q: (B, H, Tq, Dh), k/v: (B, H, Tk, Dh).
+    """softmax(q kᵀ · scale) v, scale = 1/sqrt(d_k) by default (§3.2.1); scale = 1 is plain
+    dot-product attention. q: (B, H, Tq, Dh), k/v: (B, H, Tk, Dh).
 
     Uses the fused kernel unless `need_weights`, in which case the weights (B, H, Tq, Tk)
     are computed explicitly and returned. Fully masked rows give zero output and weights.
     """
-    if is_causal:
-        if mask is None and not need_weights and q.shape[2] == k.shape[2]:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout), None
-        causal = masks.causal_mask(q.shape[2], k.shape[2] - q.shape[2], device=q.device)
-        mask = causal if mask is None else mask & causal
+    mask = _with_causal(q, k, mask, is_causal, fused_ok=not need_weights)
+    if mask is _CAUSAL:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale), None
     if need_weights:
-        return _explicit_attention(q, k, v, mask, dropout)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        return _attend(q @ k.transpose(-2, -1) * scale, v, mask, dropout)  # scores (B, H, Tq, Tk)
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout), None
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale), None
     has_key = masks.rows_with_keys(mask)  # (..., Tq, 1)
     if bool(has_key.all()):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout), None
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale), None
     # Let empty rows attend everywhere inside the kernel (no NaN, even in gradients), then zero them.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout, scale=scale)
     return out * has_key, None
 
 
-def _explicit_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout: float):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, Tq, Tk)
+def additive_attention(
+    q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | None = None, is_causal: bool = False,
+    dropout: float = 0.0, need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Additive attention (Bahdanau et al., 2014), the alternative §3.2.1 compares with:
+    e = wᵀ tanh(q + k) per head, over the already projected queries and keys (W_q q, W_k k).
+    q: (B, H, Tq, Dh), k/v: (B, H, Tk, Dh), w: (H, Dh). Explicit: O(Tq·Tk·Dh) memory per head."""
+    mask = _with_causal(q, k, mask, is_causal, fused_ok=False)
+    hidden = torch.tanh(q[:, :, :, None, :] + k[:, :, None, :, :])  # (B, H, Tq, Tk, Dh)
+    scores = (hidden * w[None, :, None, None, :]).sum(-1)  # (B, H, Tq, Tk)
+    out, weights = _attend(scores, v, mask, dropout)
+    return out, (weights if need_weights else None)
+
+
+_CAUSAL = object()  # marker: plain causal self-attention, for the fused kernel's is_causal
+
+
+def _with_causal(q: Tensor, k: Tensor, mask: Tensor | None, is_causal: bool, fused_ok: bool):
+    """The mask with the causal constraint folded in (or `_CAUSAL` when the kernel can apply it alone)."""
+    if not is_causal:
+        return mask
+    if mask is None and fused_ok and q.shape[2] == k.shape[2]:
+        return _CAUSAL
+    causal = masks.causal_mask(q.shape[2], k.shape[2] - q.shape[2], device=q.device)
+    return causal if mask is None else mask & causal
+
+
+def _attend(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float):
+    """softmax over the allowed keys of `scores` (B, H, Tq, Tk), then the weighted values:
+    -> (output (B, H, Tq, Dh), weights (B, H, Tq, Tk)). A row with no allowed key gets zeros."""
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
     if mask is not None:
         weights = weights.masked_fill(~masks.rows_with_keys(mask), 0.0)
     out = F.dropout(weights, p=dropout, training=dropout > 0) @ v  # (B, H, Tq, Dh)
@@ -66,10 +97,14 @@ class MultiHeadAttention(nn.Module):
         output: (B, Tq, D); weights: (B, H, Tq, Tk) when need_weights
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, score: str = "scaled_dot"):
         super().__init__()
         assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
-        self.n_heads, self.d_model, self.dropout = n_heads, d_model, dropout
+        assert score in SCORES, f"score must be one of {SCORES}"
+        self.n_heads, self.d_model, self.dropout, self.score = n_heads, d_model, dropout, score
+        if score == "additive":  # the per-head vector w of e = wᵀ tanh(W_q q + W_k k)
+            self.additive_w = nn.Parameter(torch.empty(n_heads, d_model // n_heads))
+            nn.init.normal_(self.additive_w, std=(d_model // n_heads) ** -0.5)
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.in_proj.weight)
@@ -98,7 +133,11 @@ class MultiHeadAttention(nn.Module):
                is_causal: bool = False, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
         """Attention over projected heads, then W^O: -> (B, Tq, D), weights or None."""
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, p, need_weights)
+        if self.score == "additive":
+            out, weights = additive_attention(q, k, v, self.additive_w, mask, is_causal, p, need_weights)
+        else:
+            scale = 1.0 if self.score == "dot" else None  # None: 1/sqrt(d_k), the paper's
+            out, weights = scaled_dot_product_attention(q, k, v, mask, is_causal, p, need_weights, scale)
         B, _, Tq, _ = out.shape
         out = out.transpose(1, 2).reshape(B, Tq, self.d_model)  # (B, Tq, D)
         return self.out_proj(out), weights

@@ -63,7 +63,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)
         self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.sa_conn, self.ff_conn = _connection(cfg), _connection(cfg)
 
@@ -85,8 +85,8 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig, index: int):
         super().__init__()
         self.index = index
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)
         self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
         self.sa_conn, self.ca_conn, self.ff_conn = _connection(cfg), _connection(cfg), _connection(cfg)
 
