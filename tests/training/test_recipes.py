@@ -35,3 +35,10 @@ def test_paper_recipes():
         assert cfg.data.max_tokens * cfg.train.update_freq == 50_000
         assert (cfg.decode.beam_size, cfg.decode.length_penalty) == (4, 0.6)
     assert big.model.build(37000, 37000).dropout == 0.3
+
+
+def test_rnn_recipe_is_the_transformer_recipe_but_for_the_model():
+    rnn, transformer = (load_config(RECIPES / f"multi30k-de-en{n}.toml") for n in ("-rnn", ""))
+    assert rnn.model.type == "rnn" and rnn.model.build(8000, 8000).score == "additive"
+    assert (rnn.data, rnn.decode) == (transformer.data, transformer.decode)
+    assert rnn.train.max_minutes == transformer.train.max_minutes

@@ -82,7 +82,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             model_type, model_cfg = task.model_spec()
             seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
             model = build_model(model_type, model_cfg).to(device)
-            log.info("model: %s, %s parameters (%s)", model_type, f"{model.num_parameters():,}", cfg.model.preset)
+            preset = f" ({cfg.model.preset})" if model_type == "encoder-decoder" else ""
+            log.info("model: %s%s, %s parameters", model_type, preset, f"{model.num_parameters():,}")
             lr_at = lr_function(run.schedule, model_cfg.width, cfg.optim.warmup_steps, cfg.optim.lr_factor)
             trainer = Trainer(model, task, cfg.optim, run, run_dir, task.train_data(dist), lr_at,
                               valid_data=task.valid_data(), dist=dist, progress=progress)
