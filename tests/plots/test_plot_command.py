@@ -21,6 +21,9 @@ def run_dir(tmp_path):
             for s in range(1, 200, 20)]
     rows.append({"step": 200, "split": "valid", "loss": 2.0, "nll": 1.8, "ppl": 6.0, "bleu": 3.5})
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 2')
+    layers = [{"layer": name, "d": d, "n": n, "ms": n * (n if name == "self-attention" else d) / 1e3}
+              for name in ("self-attention", "recurrent (GRU)") for d in (16, 32) for n in (8, 32, 128)]
+    (tmp_path / "layers.json").write_text("threads 2\n" + json.dumps({"rows": layers}) + "\n")
     return tmp_path
 
 
@@ -33,10 +36,11 @@ def _argv(kind, model_dir, run_dir):
         "schedule": ["--warmup", "100", "--d-model", "64", "--schedule", "noam", "--schedule", "constant"],
         "curves": [str(run_dir)],
         "scaling": ["--max-dk", "16"],
+        "complexity": [str(run_dir / "layers.json")],
     }[kind]
 
 
-@pytest.mark.parametrize("kind", ["attention", "positional", "mask", "schedule", "curves", "scaling"])
+@pytest.mark.parametrize("kind", ["attention", "positional", "mask", "schedule", "curves", "scaling", "complexity"])
 def test_each_kind_writes_a_picture(kind, tmp_path, model_dir, run_dir, capsys):
     out = tmp_path / "pictures" / f"{kind}.png"
     assert main(["plot", kind, "--output", str(out), "--size", "640x480", *_argv(kind, model_dir, run_dir)]) == 0
@@ -85,3 +89,13 @@ def test_schedule_from_a_training_config(tmp_path):
     args = build_parser().parse_args(["plot", "schedule", "--config", str(config), "--warmup", "60", "-o", str(out)])
     assert _schedule_settings(args) == {"d_model": 32, "warmup": 60, "factor": 2.0, "schedule": ["inverse_sqrt"],
                                         "steps": 500}
+
+
+def test_complexity_arrays_and_bad_input(run_dir, tmp_path):
+    from aiayn.plots import plot_complexity
+
+    _, arrays = plot_complexity(run_dir / "layers.json")
+    np.testing.assert_allclose(arrays["d16/self-attention"], [[8, 0.064], [32, 1.024], [128, 16.384]])
+    (tmp_path / "bad.json").write_text("no json here\n")
+    with pytest.raises(ValueError, match="layer_complexity"):
+        plot_complexity(tmp_path / "bad.json")

@@ -18,6 +18,7 @@ def add_arguments(p) -> None:
         "schedule": "learning rate over training steps (§5.3)",
         "curves": "loss, perplexity, BLEU and LR over updates from RUN_DIR/metrics.jsonl",
         "scaling": "why dot products are scaled by 1/sqrt(d_k) (§3.2.1)",
+        "complexity": "Table 1 measured: layer time against n (from benchmarks/layer_complexity.py --json)",
     }
     parsers = {name: sub.add_parser(name, help=text, description=text) for name, text in kinds.items()}
     for q in parsers.values():
@@ -49,6 +50,8 @@ def add_arguments(p) -> None:
     s.add_argument("--no-compare", action="store_true", help="omit the curves at other warmups/d_model")
     c = parsers["curves"]
     c.add_argument("run", help="run directory holding metrics.jsonl (or the file itself)")
+    parsers["complexity"].add_argument("results", help="a file holding the --json output of "
+                                                       "benchmarks/layer_complexity.py (its last line)")
     sc = parsers["scaling"]
     sc.add_argument("--max-dk", type=int, default=1024, help="largest d_k (powers of two from 1; default 1024)")
     sc.add_argument("--seed", type=int, default=0)
@@ -90,6 +93,8 @@ def _figure(args, size: dict):
                                    compare=not args.no_compare, **size)
     if args.kind == "curves":
         return plots.plot_curves(args.run, **size)
+    if args.kind == "complexity":
+        return plots.plot_complexity(args.results, **size)
     if args.max_dk < 1:
         raise ValueError(f"--max-dk must be at least 1, got {args.max_dk}")
     dims = [2**i for i in range(args.max_dk.bit_length()) if 2**i <= args.max_dk]

@@ -9,6 +9,7 @@ from aiayn.plots.attention import (
     AttentionMaps, attention_for_sentence, decode_with_attention, forward_attention, plot_attention,
     save_attention_plot,
 )
+from aiayn.plots.complexity import plot_complexity
 from aiayn.plots.curves import plot_curves, read_metrics
 from aiayn.plots.masks import plot_masks
 from aiayn.plots.positional import plot_positional
@@ -17,6 +18,6 @@ from aiayn.plots.schedule import plot_schedule
 
 __all__ = [
     "AttentionMaps", "attention_for_sentence", "decode_with_attention", "forward_attention", "new_figure",
-    "plot_attention", "plot_curves", "plot_masks", "plot_positional", "plot_scaling", "plot_schedule",
+    "plot_attention", "plot_complexity", "plot_curves", "plot_masks", "plot_positional", "plot_scaling", "plot_schedule",
     "read_metrics", "save_attention_plot", "save_png", "scaling_experiment",
 ]
