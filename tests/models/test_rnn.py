@@ -138,3 +138,28 @@ def test_trains_and_translates_through_the_toolkit(tmp_path):
     translator = Translator.from_pretrained(tmp_path / "run" / "model")
     assert isinstance(translator.model, RNNEncoderDecoder)
     assert all(isinstance(t, str) for t in translator.translate(["a b c", "d e"], beam_size=2))
+
+
+def test_alignment_picture_of_the_rnn(tmp_path, capsys):
+    """`aiayn plot attention` draws the RNN's cross-attention (Bahdanau et al.'s Figure 3)."""
+    import numpy as np
+
+    from aiayn.cli import main
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+    from aiayn.plots import attention_for_sentence
+
+    tok = SymbolTokenizer([chr(ord("a") + i) for i in range(V - 4)])
+    rnn(input_feeding=True).save_pretrained(tmp_path / "m")
+    save_tokenizers(TokenizerPair.shared(tok), tmp_path / "m")
+    maps = attention_for_sentence(tmp_path / "m", "a b c", max_len_b=3)
+    L, H, T, S = maps.cross.shape
+    assert (L, H, S) == (1, 1, 4) and T == len(maps.out_ids)  # "a b c" + EOS
+    np.testing.assert_allclose(maps.cross.sum(-1), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="no encoder self-attention"):
+        maps.part("encoder")
+    out = tmp_path / "rnn.png"
+    assert main(["plot", "attention", "--model", str(tmp_path / "m"), "--sentence", "a b c", "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    assert main(["plot", "attention", "--model", str(tmp_path / "m"), "--sentence", "a b", "--part", "all",
+                 "-o", str(tmp_path / "x.png")]) == 2
+    assert "no encoder self-attention" in capsys.readouterr().err

@@ -199,14 +199,28 @@ class RNNEncoderDecoder(PretrainedModel):
 
     def step(self, tokens: Tensor, state: RNNState) -> Tensor:
         """tokens (N,) -> logits (N, V); `state` moves one position on."""
+        return self._step(tokens, state)[0]
+
+    def _step(self, tokens: Tensor, state: RNNState) -> tuple[Tensor, Tensor]:
+        """-> (logits (N, V), attention weights (N, S))."""
         x = self.dropout(self.tgt_embed(tokens))  # (N, E)
         if state.feed is not None:
             x = torch.cat([x, state.feed], dim=-1)
         out, state.hidden = self.decoder(x[:, None, :], state.hidden)  # (N, 1, H)
-        attentional, _ = self._attend(out[:, 0], state)  # (N, H)
+        attentional, weights = self._attend(out[:, 0], state)  # (N, H), (N, S)
         if state.feed is not None:
             state.feed = attentional
-        return self.output(self.dropout(attentional))
+        return self.output(self.dropout(attentional)), weights
+
+    @torch.inference_mode()
+    def attention(self, src: Tensor, tgt_in: Tensor):
+        """The alignment of one teacher-forced pass (Bahdanau et al.'s Figure 3): cross-attention
+        only, as one layer with one head, (B, 1, T, S). The RNN has no self-attention."""
+        from aiayn.models.transformer import AttentionWeights
+
+        state = self.start(src)
+        weights = torch.stack([self._step(tgt_in[:, t], state)[1] for t in range(tgt_in.shape[1])], dim=1)
+        return AttentionWeights(encoder=[], decoder=[], cross=[weights[:, None]])  # (B, 1, T, S)
 
     @property
     def max_output_length(self) -> Optional[int]:

@@ -54,7 +54,11 @@ class AttentionMaps:
     def part(self, name: str) -> np.ndarray:
         if name not in PARTS:
             raise ValueError(f"unknown attention part {name!r}; choose from {', '.join(PARTS)}")
-        return getattr(self, name)
+        weights = getattr(self, name)
+        if weights.shape[0] == 0:
+            have = [p for p in PARTS if getattr(self, p).shape[0]]
+            raise ValueError(f"this model has no {TITLES[name]}; it has: {', '.join(have)}")
+        return weights
 
     def labels(self, name: str) -> tuple[list[str], list[str]]:
         """(row labels, column labels) of a part's heatmaps."""
@@ -65,7 +69,9 @@ class AttentionMaps:
 
 # -- computing the maps --------------------------------------------------------------------
 def _stack(per_layer: list[Tensor]) -> np.ndarray:
-    """Per layer (1, H, Tq, Tk) -> (L, H, Tq, Tk) float32."""
+    """Per layer (1, H, Tq, Tk) -> (L, H, Tq, Tk) float32; (0, 0, 0, 0) for a model without that part."""
+    if not per_layer:
+        return np.zeros((0, 0, 0, 0), dtype=np.float32)
     return torch.cat(per_layer, dim=0).float().cpu().numpy()
 
 
