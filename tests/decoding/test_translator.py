@@ -123,13 +123,33 @@ def test_source_convention_is_ids_then_eos(caplog):
         source_ids([7], max_len=0)
 
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "model-da27d8d"
+OLD_FORMAT = Path(__file__).resolve().parents[1] / "fixtures" / "model-da27d8d.json"  # layout, no weights
 
 
-def test_concurrent_translate_calls_equal_the_same_calls_made_alone():
+@pytest.fixture(scope="module")
+def old_model_dir(tmp_path_factory):
+    """A model directory in the format main wrote at da27d8d: its config.json exactly (no model_type;
+    pad/bos/eos ids as fields) and weights under the tensor names and shapes recorded from that code.
+    Returns (directory, the in-memory model the weights came from)."""
+    from safetensors.torch import save_model
+
+    from aiayn.data.synthetic import symbols
+
+    old = json.loads(OLD_FORMAT.read_text())
+    config = {k: v for k, v in old["config"].items() if k not in ("pad_id", "bos_id", "eos_id")}
+    torch.manual_seed(3)
+    model = Transformer(TransformerConfig(**config)).eval()
+    path = tmp_path_factory.mktemp("old-model")
+    save_model(model, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(old["config"], indent=2))
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(symbols(10))), path)
+    return path, model
+
+
+def test_concurrent_translate_calls_equal_the_same_calls_made_alone(old_model_dir):
     """8 threads share one Translator (and its FastDecoder), each with batches of other lengths and
     padding; every output equals the output of the same call made alone."""
-    tr = Translator.from_pretrained(FIXTURE)
+    tr = Translator.from_pretrained(old_model_dir[0], decode=DecodeConfig(max_len_b=8))
     rng = random.Random(0)
     letters = "abcdefghij"
     jobs = []
@@ -152,16 +172,20 @@ def test_concurrent_translate_calls_equal_the_same_calls_made_alone():
             assert out == alone[i], f"thread {i}"
 
 
-def test_model_directory_saved_before_model_type_existed_translates_identically():
-    """A directory written by main at da27d8d (no model_type, pad/bos/eos ids in config.json)
-    loads as the encoder-decoder and gives the translations that code gave (expected.json)."""
-    expected = json.loads((FIXTURE / "expected.json").read_text())
-    config = json.loads((FIXTURE / "config.json").read_text())
-    assert "model_type" not in config and config["eos_id"] == 2
-    tr = Translator.from_pretrained(FIXTURE)
-    assert isinstance(tr.model, Transformer)
-    assert tr.translate(expected["sentences"], method="greedy") == expected["greedy"]
-    got = tr.translate(expected["sentences"], nbest=2)
-    for hyps, want in zip(got, expected["beam4"]):
-        assert [h for h, _ in hyps] == [h for h, _ in want]
-        assert [s for _, s in hyps] == pytest.approx([s for _, s in want], abs=1e-5)
+def test_model_directory_saved_before_model_type_existed_translates_identically(old_model_dir):
+    """The da27d8d format (no model_type, pad/bos/eos ids in config.json) loads as the encoder-decoder,
+    its tensor names and shapes are the ones this code saves, and it translates as the model it came from."""
+    from safetensors import safe_open
+
+    path, original = old_model_dir
+    old = json.loads(OLD_FORMAT.read_text())
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        assert {k: list(f.get_slice(k).get_shape()) for k in f.keys()} == old["tensors"]
+    tr = Translator.from_pretrained(path)
+    assert isinstance(tr.model, Transformer) and "model_type" not in old["config"]
+    sentences = ["a b c d", "j i h g f e d c b a", "c", "a a b b c c d d e e"]
+    reference = Translator(original, tr.tokenizers)
+    assert tr.translate(sentences, method="greedy", max_len_b=6) == reference.translate(sentences, method="greedy", max_len_b=6)
+    for got, want in zip(tr.translate(sentences, nbest=2, max_len_b=6), reference.translate(sentences, nbest=2, max_len_b=6)):
+        assert [h for h, _ in got] == [h for h, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
