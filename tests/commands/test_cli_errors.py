@@ -14,7 +14,21 @@ from aiayn.cli import main
 from aiayn.config import ConfigError
 from aiayn.io import LockedError
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "model-da27d8d"  # knows the symbols a..j
+FIXTURE = None  # a tiny model directory that knows the symbols a..j, made once for this module below
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tiny_model_dir(tmp_path_factory):
+    global FIXTURE
+    from aiayn.config import TransformerConfig
+    from aiayn.data.synthetic import symbols
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+    from aiayn.models import Transformer
+
+    torch.manual_seed(0)
+    FIXTURE = tmp_path_factory.mktemp("model")
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=14)).save_pretrained(FIXTURE)
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(symbols(10))), FIXTURE)
 FAST = ["--method", "greedy", "--max-len-b", "3"]
 
 
