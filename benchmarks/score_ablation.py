@@ -31,6 +31,7 @@ from _common import add_common_arguments, format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORES = ("scaled_dot", "dot", "additive")
+RECIPE_WARMUP = 400  # the 30-minute recipe's; a shorter warmup gets lr_factor scaled to keep the same peak lr
 
 
 def train(score: str, minutes: float, run_root: Path, recipe: Path, warmup: int, threads: int) -> Path:
@@ -41,6 +42,7 @@ def train(score: str, minutes: float, run_root: Path, recipe: Path, warmup: int,
                "--set", f"model.attention_score={json.dumps(score)}",
                "--set", f"train.max_minutes={minutes}",
                "--set", f"optim.warmup_steps={warmup}",
+               "--set", f"optim.lr_factor={(warmup / RECIPE_WARMUP) ** 0.5:.4f}",
                "--set", "data.test_split=val"]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     subprocess.run(command, check=True, cwd=ROOT, env=env)
@@ -67,7 +69,8 @@ def main() -> None:
     parser.add_argument("--recipe", type=Path, default=ROOT / "recipes" / "multi30k-de-en.toml")
     parser.add_argument("--run-root", type=Path, default=ROOT / "runs" / "score-ablation")
     parser.add_argument("--warmup", type=int, default=150,
-                        help="warmup updates (the 30-minute recipe's 400 would be most of a 10-minute run)")
+                        help="warmup updates (the 30-minute recipe's 400 would be most of a 10-minute run); "
+                             "lr_factor is scaled by sqrt(warmup / 400), so the peak lr stays the recipe's")
     parser.add_argument("--reuse", action="store_true", help="summarize existing runs under --run-root, train none")
     add_common_arguments(parser)
     args = parser.parse_args()
