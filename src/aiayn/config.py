@@ -205,6 +205,8 @@ def _is_instance(value: Any, hint: Any) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, UnionType):
         return any(_is_instance(value, a) for a in args)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:  # tuple[X, ...]: any length
+        return isinstance(value, (list, tuple)) and all(_is_instance(v, args[0]) for v in value)
     if origin is tuple:
         return (isinstance(value, (list, tuple)) and len(value) == len(args)
                 and all(_is_instance(v, a) for v, a in zip(value, args)))
@@ -223,6 +225,8 @@ def _type_name(hint: Any) -> str:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, UnionType):
         return " or ".join(_type_name(a) for a in args)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return f"a list of {_type_name(args[0])}s"
     if origin is tuple:
         return f"a list of {len(args)} ({', '.join(_type_name(a) for a in args)})"
     names = {bool: "true or false", int: "an integer", float: "a number", str: "a string", NoneType: "unset"}

@@ -115,10 +115,11 @@ def test_source_convention_is_ids_then_eos(caplog):
     tok = SymbolTokenizer(SYMBOLS)
     assert encode_source(tok, "a b c") == tok.encode("a b c") + [EOS_ID]
     assert encode_source(tok, "") == [EOS_ID]
-    with caplog.at_level(logging.WARNING):
-        assert encode_source(tok, "a b c d", max_len=3) == tok.encode("a b") + [EOS_ID]
-    assert "truncated" in caplog.text
+    assert encode_source(tok, "a b c d", max_len=3) == tok.encode("a b") + [EOS_ID]
+    assert encode_source(tok, "a b c d", max_len=3, keep="end") == tok.encode("c d") + [EOS_ID]
     assert source_ids([7, 8, 9], max_len=2) == [7, EOS_ID]
+    assert source_ids([7, 8, 9], max_len=2, keep="end") == [9, EOS_ID]
+    assert source_ids([7, 8], max_len=5, keep="end") == [7, 8, EOS_ID]
     with pytest.raises(ValueError):
         source_ids([7], max_len=0)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
+from pathlib import Path
 
 HELP = "train a model from a TOML config (recipes/*.toml), or resume a run"
 
@@ -93,8 +95,13 @@ def _test(cfg, evaluate_test) -> None:
     with tqdm(unit="sent", desc="test", file=sys.stderr, disable=not cfg.train.progress) as bar:
         test = evaluate_test(cfg, progress=bar.update)
     if test is not None:
-        print(f"test {test['split']} (beam {test['beam_size']}, alpha {test['length_penalty']}): "
-              f"{test['detail']}\n  signature: {test['signature']}\n  evaluation time: {test['seconds'] / 60:.1f} min")
+        scores = test.get("detail") or json.dumps({k: v for k, v in test.items() if k not in _TEST_META})
+        print(f"test {test['split']} (beam {test['beam_size']}, alpha {test['length_penalty']}): {scores}\n"
+              f"  signature: {test['signature']}\n  evaluation time: {test['seconds'] / 60:.1f} min\n"
+              f"  all scores: {Path(cfg.train.run_dir) / 'test_scores.json'}")
+
+
+_TEST_META = frozenset({"split", "beam_size", "length_penalty", "n_sentences", "seconds", "signature", "detail"})
 
 
 def _is_main() -> bool:

@@ -42,14 +42,15 @@ def add_decode_arguments(p) -> None:
     g.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 
-def load_translator(args):
+def load_translator(args, pipeline=None):
+    """The model directory `args.model` as a `Translator`, or as `pipeline` (e.g. `Summarizer`)."""
     from aiayn.decoding.translator import Translator
     from aiayn.runtime import resolve_device
 
     kwargs = {"max_input_tokens": args.max_input_tokens}
     if args.batch_tokens is not None:
         kwargs["batch_tokens"] = args.batch_tokens
-    return Translator.from_pretrained(args.model, device=resolve_device(args.device), **kwargs)
+    return (pipeline or Translator).from_pretrained(args.model, device=resolve_device(args.device), **kwargs)
 
 
 def translate_kwargs(args) -> dict:
@@ -121,11 +122,12 @@ def run(args) -> int:
     return 0
 
 
-def translate_with_progress(translator, lines: list[str], kwargs: dict):
+def translate_with_progress(translator, lines: list[str], kwargs: dict, call=None):
+    """`call(lines, progress=..., **kwargs)` (default `translator.translate`) under a progress bar."""
     from tqdm import tqdm
 
     with tqdm(total=len(lines), unit="sent", file=sys.stderr, dynamic_ncols=True) as bar:
-        return translator.translate(lines, progress=bar.update, **kwargs)
+        return (call or translator.translate)(lines, progress=bar.update, **kwargs)
 
 
 def check_writable(path: str) -> None:

@@ -71,9 +71,17 @@ class ParallelDataset:
         else:
             src, tgt = [p[0] for p in corpus], [p[1] for p in corpus]
             stats = CorpusStats(n_read=len(src))
-        src_ids, src_off = _flatten(tokenizers.src.encode_batch(src))
-        tgt_ids, tgt_off = _flatten(tokenizers.tgt.encode_batch(tgt))
-        return cls(src_ids, src_off, tgt_ids, tgt_off, stats)
+        return cls.from_ids(tokenizers.src.encode_batch(src), tokenizers.tgt.encode_batch(tgt), stats)
+
+    @classmethod
+    def from_ids(cls, src: Sequence[Sequence[int]], tgt: Sequence[Sequence[int]],
+                 stats: Optional[CorpusStats] = None) -> "ParallelDataset":
+        """Already tokenized pairs (lists of ids, no BOS/EOS)."""
+        if len(src) != len(tgt):
+            raise ValueError(f"{len(src)} sources but {len(tgt)} targets")
+        src_ids, src_off = _flatten(src)
+        tgt_ids, tgt_off = _flatten(tgt)
+        return cls(src_ids, src_off, tgt_ids, tgt_off, stats or CorpusStats(n_read=len(src)))
 
     def subset(self, indices: np.ndarray) -> "ParallelDataset":
         """The examples at `indices` (int array) or where `indices` is True (bool mask), in order."""

@@ -35,8 +35,9 @@ class Records:
     n_empty: int  # skipped for an empty field
 
 
-def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False) -> Records:
-    """The `fields` of every JSON object in `path` (one per line; blank lines are ignored)."""
+def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False, optional: Sequence[str] = ()) -> Records:
+    """The `fields` of every JSON object in `path` (one per line; blank lines are ignored), and
+    those of the `optional` fields it has (an empty optional field counts as absent)."""
     rows, n_read, n_empty = [], 0, 0
     for i, line in enumerate(read_lines(path), start=1):
         if not line:
@@ -47,12 +48,13 @@ def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False) ->
         if missing:
             raise CorpusError(f"{path}:{i}: missing field(s) {', '.join(missing)}; has {', '.join(sorted(row))}")
         values = {f: _text(path, i, f, row[f]) for f in fields}
+        extra = {f: _text(path, i, f, row[f]) for f in optional if f in row and row[f] not in ("", [])}
         if any(not (v.strip() if isinstance(v, str) else any(s.strip() for s in v)) for v in values.values()):
             if strict:
                 raise CorpusError(f"{path}:{i}: empty field")
             n_empty += 1
             continue
-        rows.append(values)
+        rows.append({**values, **extra})
     return Records(rows, n_read, n_empty)
 
 
@@ -79,6 +81,7 @@ class BabiExample:
     answer: str  # as written: "bathroom", "north,west"
     supporting: tuple[int, ...]  # line numbers (IDs) of the supporting facts
     task: int  # from the file name (qaN_...), 0 when it has none
+    story: int = 0  # the story's number in its file, from 0
 
 
 _LINE = re.compile(r"^(\d+) (.*)$")
@@ -89,14 +92,14 @@ def read_babi(path: str | Path) -> list[BabiExample]:
     """Every question of a bAbI file with its story so far."""
     path = Path(path)
     task = int(m.group(1)) if (m := _TASK.match(path.name)) else 0
-    examples, facts = [], {}  # facts: ID -> sentence, of the current story
+    examples, facts, story = [], {}, -1  # facts: ID -> sentence, of the current story
     for i, line in enumerate(read_lines(path), start=1):
         m = _LINE.match(line)
         if m is None:
             raise CorpusError(f"{path}:{i}: expected 'ID text', got {line[:60]!r}")
         number, text = int(m.group(1)), m.group(2)
         if number == 1:
-            facts = {}
+            facts, story = {}, story + 1
         if "\t" not in text:
             facts[number] = text.strip()
             continue
@@ -107,5 +110,5 @@ def read_babi(path: str | Path) -> list[BabiExample]:
         if not all(s.isdigit() for s in support):
             raise CorpusError(f"{path}:{i}: supporting facts must be line numbers, got {parts[2]!r}")
         examples.append(BabiExample(list(facts.values()), parts[0].strip(), parts[1].strip(),
-                                    tuple(int(s) for s in support), task))
+                                    tuple(int(s) for s in support), task, story))
     return examples

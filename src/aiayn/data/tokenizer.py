@@ -140,12 +140,14 @@ class SentencePieceTokenizer(Tokenizer):
         input_sentence_size: int = 2_000_000,
         num_threads: Optional[int] = None,
         seed: int = 0,
+        user_symbols: Sequence[str] = (),
     ) -> "SentencePieceTokenizer":
         """Train in-process on `texts` (one sentence each) and/or plain-text `files`.
 
         Identity normalization and `remove_extra_whitespaces=False` keep text exactly as
         given; byte fallback spells any character outside the vocabulary as UTF-8 bytes,
-        so nothing becomes <unk> and detokenization round-trips. At most
+        so nothing becomes <unk> and detokenization round-trips. `user_symbols` (e.g. "[SEP]")
+        are pieces of their own, never split or merged. At most
         `input_sentence_size` sentences (a seeded sample) are used, which bounds time.
         """
         import sentencepiece as spm
@@ -165,6 +167,7 @@ class SentencePieceTokenizer(Tokenizer):
             normalization_rule_name="identity", remove_extra_whitespaces=False,
             input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
             num_threads=num_threads or os.cpu_count() or 1, minloglevel=2,
+            user_defined_symbols=list(user_symbols),
         )
         try:  # an iterator, not a temp file: the model proto would record the temp file name
             spm.SentencePieceTrainer.train(sentence_iterator=_sentences(texts, files), **options)

@@ -21,24 +21,26 @@ from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
 log = logging.getLogger(__name__)
 
 
-def encode_source(tokenizer, text: str, max_len: int | None = None) -> list[int]:
-    """Token ids of `text` + EOS, truncated (with a logged warning) to `max_len` ids, EOS kept.
+def encode_source(tokenizer, text: str, max_len: int | None = None, keep: str = "start") -> list[int]:
+    """Token ids of `text` + EOS, truncated to `max_len` ids, EOS kept (callers count and log it).
 
     `tokenizer` is an `aiayn.data.tokenizer.Tokenizer`; its `encode` adds no BOS/EOS.
+    `keep`: which end of an over-long text survives ("start"; "end" for `context [SEP] question`).
     """
-    ids = tokenizer.encode(text)
-    if max_len is not None and len(ids) + 1 > max_len:
-        log.warning("source of %d tokens truncated to %d: %.40r...", len(ids) + 1, max_len, text)
-    return source_ids(ids, max_len)
+    return source_ids(tokenizer.encode(text), max_len, keep)
 
 
-def source_ids(ids: Sequence[int], max_len: int | None = None) -> list[int]:
-    """Already tokenized source ids -> ids + EOS, at most `max_len` long (EOS kept last)."""
+def source_ids(ids: Sequence[int], max_len: int | None = None, keep: str = "start") -> list[int]:
+    """Already tokenized source ids -> ids + EOS, at most `max_len` long (EOS kept last).
+    `keep="start"` drops the tail of a long source; `keep="end"` drops its head."""
     ids = [int(i) for i in ids]
+    if keep not in ("start", "end"):
+        raise ValueError(f"keep must be 'start' or 'end', got {keep!r}")
     if max_len is not None:
         if max_len < 1:
             raise ValueError(f"max_len must be at least 1 (room for EOS), got {max_len}")
-        ids = ids[: max_len - 1]
+        room = max_len - 1
+        ids = ids[:room] if keep == "start" else ids[max(0, len(ids) - room):]
     return ids + [EOS_ID]
 
 

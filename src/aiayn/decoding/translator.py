@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -26,10 +27,12 @@ import torch
 
 from aiayn.config import PAD_ID, DecodeConfig, SamplingConfig
 from aiayn.decoding.beam import beam_search
-from aiayn.decoding.common import encode_source, pad_sources
+from aiayn.decoding.common import pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import for_inference
 from aiayn.decoding.sampling import sample
+
+log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch; a speed knob, not a paper setting
 
@@ -45,13 +48,15 @@ class Translator:
     """
 
     def __init__(self, model, tokenizers, decode: DecodeConfig | None = None, sampling: SamplingConfig | None = None,
-                 max_input_tokens: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS):
+                 max_input_tokens: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                 keep: str = "start"):
         self.model = model.eval()
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
         self.sampling = sampling or SamplingConfig()
         self.max_input_tokens = max_input_tokens or model.max_input_length
         self.batch_tokens = batch_tokens
+        self.keep = keep  # which end of an over-long source survives (see encode_source)
         _check_vocab(model.config, tokenizers)
         self.refresh()
 
@@ -90,8 +95,7 @@ class Translator:
         """
         decode, sampling = self._configs(overrides, nbest)
         results: list[NBest] = [[("", 0.0)] for _ in sentences]
-        sources = {i: encode_source(self.tokenizers.src, s, self.max_input_tokens)
-                   for i, s in enumerate(sentences) if s.strip()}
+        sources = self._encode(sentences)
         if progress is not None and len(sources) < len(sentences):
             progress(len(sentences) - len(sources))  # blank lines are done already
         for batch in self._batches(sources):
@@ -102,6 +106,17 @@ class Translator:
             if progress is not None:
                 progress(len(batch))
         return results if nbest is not None else [r[0][0] for r in results]
+
+    def _encode(self, sentences: Sequence[str]) -> dict[int, list[int]]:
+        """Index -> source ids + EOS of each non-blank sentence, cut to `max_input_tokens` at the
+        `keep` end; one warning per call counts the sources that were cut."""
+        limit = self.max_input_tokens
+        ids = {i: self.tokenizers.src.encode(s) for i, s in enumerate(sentences) if s.strip()}
+        cut = [i for i, x in ids.items() if limit is not None and len(x) + 1 > limit]
+        if cut:
+            log.warning("%d of %d sources truncated to %d tokens (the %s kept), e.g. line %d: %.40r...", len(cut),
+                        len(ids), limit, "beginning" if self.keep == "start" else "end", cut[0] + 1, sentences[cut[0]])
+        return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
 
     def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
         given = {k: v for k, v in overrides.items() if v is not None}

@@ -1,6 +1,6 @@
-"""Tasks: translation now; summarization, question answering, language modelling and
-classification plug in beside it (see `base.Task`). A recipe names its task with a
-top-level `task = "..."` (default "translation")."""
+"""Tasks: translation, summarization and question answering (the text-to-text tasks of
+`seq2seq`); language modelling and classification plug in beside them (see `base.Task`). A
+recipe names its task with a top-level `task = "..."` (default "translation")."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Mapping
 
 from aiayn.config import ConfigError
 from aiayn.tasks.base import Task
+from aiayn.tasks.qa import QATask
+from aiayn.tasks.summarization import SummarizationTask
 from aiayn.tasks.translation import TranslationTask
 
-TASKS: Mapping[str, type] = MappingProxyType({TranslationTask.name: TranslationTask})
+TASKS: Mapping[str, type] = MappingProxyType({t.name: t for t in (TranslationTask, SummarizationTask, QATask)})
 DEFAULT_TASK = TranslationTask.name
 
 
@@ -22,4 +24,4 @@ def build_task(cfg) -> Task:
     return TASKS[cfg.task](cfg)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "build_task"]
+__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "SummarizationTask", "QATask", "build_task"]

@@ -30,6 +30,7 @@ from aiayn.io import atomic_write
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 VOCAB_TYPES = ("bpe", "unigram", "symbols")
+DATA_FORMATS = ("parallel", "jsonl", "babi")
 CONFIG_NAME = "config.toml"
 
 
@@ -105,6 +106,13 @@ class DataConfig:
     batching: str = "bucket"  # "bucket": length-sorted token buckets (aiayn.data); "random": mixed lengths
     max_length: int = 256  # training pairs with a longer side (in tokens) are dropped
     valid_max_sentences: int = 0  # validation BLEU on the first N sentences (the loss on all); 0 = all
+    # summarization and question answering (aiayn.tasks.summarization, aiayn.tasks.qa)
+    format: str = "parallel"  # "parallel" (as above) | "jsonl" (records) | "babi" (bAbI story files)
+    source_field: str = "text"  # jsonl summarization: the input field
+    target_field: str = "summary"  # jsonl summarization: the output field (the training target)
+    reference_fields: tuple[str, ...] = ()  # more references for scoring (the score is the max over them)
+    max_source_length: int = 0  # > 0: longer sources are truncated to this many tokens (counted), not dropped
+    valid_fraction: float = 0.0  # > 0: valid_split is carved from the training files (seeded, by story)
     # synthetic task only
     task: str = "reverse"
     n_train: int = 20000
@@ -118,6 +126,10 @@ class DataConfig:
                f"data.vocab_type must be one of {', '.join(VOCAB_TYPES)}, got {self.vocab_type!r}")
         _check(self.batching in ("bucket", "random"),
                f"data.batching must be 'bucket' or 'random', got {self.batching!r}")
+        object.__setattr__(self, "reference_fields", tuple(self.reference_fields))
+        _check(self.format in DATA_FORMATS, f"data.format must be one of {', '.join(DATA_FORMATS)}, got {self.format!r}")
+        _check(self.max_source_length >= 0, "data.max_source_length must be >= 0")
+        _check(0.0 <= self.valid_fraction < 1.0, f"data.valid_fraction must be in [0, 1), got {self.valid_fraction}")
         for name in ("vocab_size", "max_tokens", "max_length", "n_train", "n_valid", "n_symbols"):
             _check(getattr(self, name) > 0, f"data.{name} must be positive, got {getattr(self, name)}")
         _check(self.valid_max_sentences >= 0, "data.valid_max_sentences must be >= 0")

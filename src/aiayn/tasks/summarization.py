@@ -1,0 +1,109 @@
+"""Summarization (seed 004 §9.2): a long text is encoded and its summary is decoded.
+
+    data        `data.format = "jsonl"`: `{corpus}/{split}.jsonl[.gz]` records with the fields
+                `data.source_field` (default "text") and `data.target_field` ("summary"), plus
+                `data.reference_fields` as more references for scoring; or "parallel": a pair
+                of line-aligned files `{corpus}/{split}.{src_lang}[.gz]`, `.{tgt_lang}[.gz]`.
+                Text is flattened to one line (runs of white space -> one space). Over-long
+                inputs are truncated to `data.max_source_length` tokens, keeping the beginning,
+                and counted; none is dropped for its length.
+    metrics     ROUGE-1/2/L F1 (`rouge-score`, Google's reimplementation of ROUGE-1.5.5, Porter
+                stemming), mean over examples. With several references an example scores the
+                maximum over them. PEGASUS scores AESLC against the original subject only, so
+                the test report gives both: the first reference, and the max over all.
+    baseline    the test report adds "lead": the first LEAD_WORDS words of the input, scored the
+                same way, so a reader sees what the model adds.
+    inference   `Summarizer`
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from aiayn.data.corpus import CorpusError
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TaskPipeline
+
+log = logging.getLogger(__name__)
+
+LEAD_WORDS = 4  # AESLC subjects average 4 words (../shared/data/aeslc/SOURCE.md)
+
+
+def flatten(text: str) -> str:
+    """One line: runs of white space (newlines included) become one space."""
+    return " ".join(text.split())
+
+
+def lead(text: str, n: int = LEAD_WORDS) -> str:
+    """The first `n` words of `text`: the extractive baseline."""
+    return " ".join(text.split()[:n])
+
+
+def record_file(directory: str | Path, split: str, suffixes: Sequence[str] = (".jsonl", ".jsonl.gz")) -> Path:
+    """`{directory}/{split}{suffix}` for the first suffix that exists; the error names what was looked for."""
+    candidates = [Path(directory) / f"{split}{suffix}" for suffix in suffixes]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        raise CorpusError(f"{candidates[0]}: file not found (split {split!r}; also tried "
+                          f"{', '.join(p.name for p in candidates[1:])})")
+    return found
+
+
+class SummarizationTask(Seq2SeqTask):
+    name = "summarization"
+
+    def examples(self, split: str) -> Examples:
+        data = self.data
+        if data.format == "parallel":
+            from aiayn.data.corpus import read_corpus
+
+            corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang))
+            return Examples([flatten(s) for s in corpus.src], [[flatten(t)] for t in corpus.tgt])
+        if data.format != "jsonl":
+            raise ValueError(f"task summarization reads data.format 'jsonl' or 'parallel', not {data.format!r}")
+        from aiayn.data.records import read_jsonl
+
+        path = record_file(data.corpus, split)
+        fields = (data.target_field, *data.reference_fields)  # the training split may lack the extra references
+        records = read_jsonl(path, (data.source_field, data.target_field), optional=data.reference_fields)
+        if records.n_empty:
+            log.info("%s: %d of %d records skipped for an empty field", path, records.n_empty, records.n_read)
+        refs = [[flatten(r) for f in fields if f in row for r in _as_list(row[f])] for row in records.rows]
+        return Examples([flatten(row[data.source_field]) for row in records.rows], refs)
+
+    def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
+        """ROUGE-1/2/L F1 against every reference (max over them)."""
+        from aiayn import metrics
+
+        return {kind: score.score for kind, score in metrics.rouge(hyps, examples.refs).items()}
+
+    def report(self, hyps: list[str], examples: Examples) -> dict:
+        """ROUGE of the model and of the lead baseline, against the first reference and the max over all."""
+        from aiayn import metrics
+
+        baseline = [lead(s) for s in examples.src]
+        out = {}
+        for name, refs in (("first_reference", [r[:1] for r in examples.refs]), ("all_references", examples.refs)):
+            for system, outputs in (("model", hyps), ("lead", baseline)):
+                scores = metrics.rouge(outputs, refs)
+                out[f"{system}_{name}"] = {kind: round(s.score, 2) for kind, s in scores.items()}
+                out["signature"] = scores["rouge1"].signature
+        out["references_per_example"] = max(len(r) for r in examples.refs) if examples.refs else 0
+        out["lead_words"] = LEAD_WORDS
+        return out
+
+
+def _as_list(value) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+class Summarizer(TaskPipeline):
+    """`Summarizer.from_pretrained(DIR).summarize(texts)`: one summary per text, in order,
+    batched by length and decoded with the model directory's defaults (overridable per call)."""
+
+    task = SummarizationTask.name
+
+    def summarize(self, texts: Sequence[str], **overrides) -> list[str]:
+        """`overrides`: `Translator.translate` keywords (method, beam_size, progress, ...)."""
+        return self.translator.translate([flatten(t) for t in texts], **overrides)
