@@ -20,12 +20,14 @@ import torch
 
 from aiayn.config import ConfigError
 from aiayn.models.base import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel
+from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from aiayn.models.rnn import RNNConfig, RNNEncoderDecoder
 from aiayn.models.transformer import Transformer, count_parameters
 
 MODEL_TYPES: Mapping[str, type[PretrainedModel]] = MappingProxyType({
     Transformer.model_type: Transformer,
     RNNEncoderDecoder.model_type: RNNEncoderDecoder,  # the recurrent baseline (Bahdanau / Luong attention)
+    DecoderOnly.model_type: DecoderOnly,  # GPT: the decoder without cross-attention
 })
 DEFAULT_MODEL_TYPE = Transformer.model_type  # for config.json files without a model_type
 

@@ -39,6 +39,13 @@ class KVCache:
         self.length = 0
         self.capacity = capacity
 
+    @classmethod
+    def self_only(cls, n_layers: int, batch: int, device: torch.device | str, capacity: int = 64) -> "KVCache":
+        """A cache for a decoder without a source (decoder-only): self-attention keys/values only."""
+        cache = cls([], torch.ones(batch, 0, dtype=torch.bool, device=device), capacity)
+        cache.self_k, cache.self_v = [None] * n_layers, [None] * n_layers
+        return cache
+
     def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store this step's keys/values (K, H, t, Dh); return all so far (K, H, length + t, Dh)."""
         end = self.length + k.shape[2]

@@ -9,16 +9,16 @@ from torch import Tensor, nn
 
 
 class Embeddings(nn.Module):
-    """Token embedding multiplied by sqrt(d_model) (§3.4).
+    """Token embedding multiplied by sqrt(d_model) (§3.4; `scale=False` leaves it out).
 
     Initialised N(0, d_model^-0.5), so scaled embeddings start with unit variance and the
     tied pre-softmax projection starts with small logits.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, pad_id: int):
+    def __init__(self, vocab_size: int, d_model: int, pad_id: int, scale: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.pad_id = pad_id
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():

@@ -82,13 +82,17 @@ class DecoderLayer(nn.Module):
     cache and a whole target prefix, so training and incremental decoding share one path.
     """
 
-    def __init__(self, cfg: TransformerConfig, index: int):
+    def __init__(self, cfg: TransformerConfig, index: int, cross_attention: bool = True):
         super().__init__()
         self.index = index
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)
+        attention = lambda: MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)  # noqa: E731
+        # registration order = parameter order, which optimizer states in checkpoints rely on
+        self.self_attn = attention()
+        self.cross_attn = attention() if cross_attention else None  # None: the decoder-only (GPT) layer
         self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
-        self.sa_conn, self.ca_conn, self.ff_conn = _connection(cfg), _connection(cfg), _connection(cfg)
+        self.sa_conn = _connection(cfg)
+        self.ca_conn = _connection(cfg) if cross_attention else None
+        self.ff_conn = _connection(cfg)
 
     def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool = False):
         """x: (B, T, D) new target positions; cross_mask: (B, 1, 1, S), or None when nothing is padded.
@@ -96,7 +100,9 @@ class DecoderLayer(nn.Module):
         Returns (x, self weights (B, H, T, P+T) or None, cross weights (B, H, T, S) or None).
         """
         x, self_w = self._sa_block(x, cache, need_weights)
-        x, cross_w = self._mha_block(x, cache, cross_mask, need_weights)
+        cross_w = None
+        if self.cross_attn is not None:
+            x, cross_w = self._mha_block(x, cache, cross_mask, need_weights)
         x = self.ff_conn.output(x, self.ff(self.ff_conn.input(x)))
         return x, self_w, cross_w
 

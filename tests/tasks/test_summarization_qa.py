@@ -1,0 +1,203 @@
+"""Summarization and question answering (seed 004 §9.2-9.3): reading, truncation, the carved
+bAbI validation split, scores, the inference pipelines and their commands."""
+
+import gzip
+import json
+import logging
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import EOS_ID, TransformerConfig
+from aiayn.data.corpus import CorpusError
+from aiayn.data.tokenizer import SentencePieceTokenizer, SymbolTokenizer, TokenizerPair
+from aiayn.models import Transformer
+from aiayn.tasks import QATask, SummarizationTask
+from aiayn.tasks.qa import QA, SEP, carved, qa_source
+from aiayn.tasks.summarization import Summarizer, lead
+from aiayn.training.config import load_config
+
+WORDS = "Mary John Sandra went to the garden kitchen office . Where is ? [SEP]".split()
+
+
+def write_jsonl(path, rows) -> None:
+    """JSON lines (a string row is written as it is), gzipped for a .gz name."""
+    with (gzip.open if str(path).endswith(".gz") else open)(path, "wt", encoding="utf-8") as f:
+        f.writelines((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows)
+
+
+def summarization_task(tmp_path, *overrides):
+    return SummarizationTask(load_config(None, [
+        'task="summarization"', 'data.format="jsonl"', f'data.corpus="{tmp_path}"', 'data.source_field="body"',
+        'data.target_field="subject"', 'data.reference_fields=["ann0"]', "train.max_updates=1", *overrides]))
+
+
+def babi_task(directory, fraction=0.1, *overrides):
+    return QATask(load_config(None, [
+        'task="qa"', 'data.format="babi"', f'data.corpus="{directory}"', 'data.train_split="qa*_train.txt"',
+        'data.valid_split="valid"', f"data.valid_fraction={fraction}", "train.max_updates=1", *overrides]))
+
+
+# -- reading -------------------------------------------------------------------------------------
+def test_summarization_jsonl_fields_extra_references_and_empty_records(tmp_path, caplog):
+    write_jsonl(tmp_path / "train.jsonl.gz", [{"body": "Hello  Bob,\nthe meeting\tmoved.", "subject": "Meeting"},
+                                              {"body": "", "subject": "empty body"}])
+    write_jsonl(tmp_path / "dev.jsonl.gz", [{"body": "a b c", "subject": "Orig", "ann0": "annotated"}])
+    task = summarization_task(tmp_path)
+    with caplog.at_level(logging.INFO):
+        train = task.examples("train")
+    assert train.src == ["Hello Bob, the meeting moved."]  # flattened to one line
+    assert train.refs == [["Meeting"]]  # the training split has no annotator field: one reference
+    assert "1 of 2 records skipped for an empty field" in caplog.text
+    assert task.examples("dev").refs == [["Orig", "annotated"]]  # the training target first
+    with pytest.raises(CorpusError, match=r"test\.jsonl: file not found"):
+        task.examples("test")
+
+
+def test_a_bad_jsonl_line_names_the_file_and_line(tmp_path):
+    write_jsonl(tmp_path / "train.jsonl.gz", [{"body": "x", "subject": "y"}, "{not json", {"body": "x"}])
+    with pytest.raises(CorpusError, match=r"train\.jsonl\.gz:2: not valid JSON"):
+        summarization_task(tmp_path).examples("train")
+    write_jsonl(tmp_path / "train.jsonl.gz", [{"body": "x", "subject": "y"}, {"body": "x"}])
+    with pytest.raises(CorpusError, match=r"train\.jsonl\.gz:2: missing field\(s\) subject"):
+        summarization_task(tmp_path).examples("train")
+
+
+def stories(n: int) -> str:
+    """n two-fact bAbI stories, one question each, numbered as the real files are."""
+    people, places = ["Mary", "John", "Sandra"], ["garden", "kitchen", "office"]
+    lines = []
+    for i in range(n):
+        who, where = people[i % 3], places[(i // 3) % 3]
+        lines += [f"1 {who} went to the {where}.", f"2 {people[(i + 1) % 3]} went to the office.",
+                  f"3 Where is {who}? \t{where}\t1"]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_carved_validation_split_is_whole_stories_disjoint_and_stable(tmp_path):
+    (tmp_path / "qa1_single_train.txt").write_text(stories(400))
+    (tmp_path / "qa2_two_train.txt").write_text(stories(400))
+    task = babi_task(tmp_path)
+    train, valid = task.examples(task.data.train_split), task.examples("valid")
+    assert len(train.src) + len(valid.src) == 800
+    for t in (1, 2):  # about 10% of the stories of every task
+        assert 20 <= valid.groups.count(t) <= 60
+    expected = [i for i in range(400) if carved("qa1_single_train.txt", i, 0.1)]
+    assert len([g for g in valid.groups if g == 1]) == len(expected)
+    again = babi_task(tmp_path).examples("valid")
+    assert again.src == valid.src  # the same split every time: a hash, not a draw
+    assert valid.src[0].endswith(f" {SEP} Where is {valid.src[0].split(' ')[0]}?")
+
+
+def test_a_glob_that_matches_nothing_is_an_error(tmp_path):
+    with pytest.raises(CorpusError, match=r"qa\*_train\.txt: no bAbI file matches"):
+        babi_task(tmp_path).examples("qa*_train.txt")
+
+
+# -- the source and its truncation -----------------------------------------------------------------
+def test_sep_is_one_piece_of_a_trained_vocabulary():
+    texts = [qa_source("Mary went to the garden. John went to the kitchen.", "Where is Mary?")] * 50
+    tok = SentencePieceTokenizer.train(texts, vocab_size=300, user_symbols=(SEP,))
+    pieces = tok.pieces(tok.encode(texts[0]))
+    assert pieces.count(SEP) == 1 and all(p == SEP or "[" not in p for p in pieces)
+
+
+def tiny_tokenizers() -> TokenizerPair:
+    return TokenizerPair.shared(SymbolTokenizer(WORDS))
+
+
+@pytest.mark.parametrize("kind,kept", [("summarization", "Mary went to"), ("qa", "[SEP] Where is Mary ?")])
+def test_over_long_sources_are_truncated_at_the_task_end_and_counted(tmp_path, caplog, kind, kept):
+    rows = [{"body": "Mary went to the garden . John went to the office . [SEP] Where is Mary ?", "subject": "garden"},
+            {"body": "Mary went", "subject": "x"}]
+    write_jsonl(tmp_path / "train.jsonl.gz", rows)
+    task = summarization_task(tmp_path, "data.max_source_length=4")
+    if kind == "qa":
+        task.keep = "end"  # QATask's end; the same reader keeps the test on one file format
+    task.tokenizers = tiny_tokenizers()
+    with caplog.at_level(logging.INFO):
+        data = task.dataset("train")
+    assert "1 of 2 sources truncated to 4 tokens" in caplog.text
+    batch = data.collate([0, 1])
+    assert batch.src.shape[1] == 4 and batch.src[0, -1] == EOS_ID  # 3 ids + EOS
+    assert task.tokenizers.src.decode(batch.src[0].tolist()) == " ".join(kept.split()[-3:] if kind == "qa" else kept.split())
+
+
+def test_lead_baseline():
+    assert lead("Please  review the\nattached contract today.") == "Please review the attached"
+
+
+# -- scores ------------------------------------------------------------------------------------
+def test_summarization_report_scores_first_reference_and_all(tmp_path):
+    from aiayn import metrics
+    from aiayn.tasks.seq2seq import Examples
+
+    ex = Examples(["quarterly budget review meeting today please come"], [["Budget meeting", "meeting on budget"]])
+    report = summarization_task(tmp_path).report(["the budget meeting"], ex)
+    direct_first = metrics.rouge(["the budget meeting"], [["Budget meeting"]])
+    assert report["model_first_reference"]["rouge1"] == round(direct_first["rouge1"].score, 2)
+    assert report["model_all_references"]["rouge2"] >= report["model_first_reference"]["rouge2"]
+    lead_r1 = metrics.rouge(["quarterly budget review meeting"], [["Budget meeting", "meeting on budget"]])["rouge1"]
+    assert report["lead_all_references"]["rouge1"] == round(lead_r1.score, 2)
+
+
+def test_qa_scores_include_babi_error_rates(tmp_path):
+    from aiayn.tasks.seq2seq import Examples
+
+    ex = Examples(["s1", "s2", "s3", "s4"], [["garden"], ["north,west"], ["office"], ["yes"]], [1, 1, 19, 19])
+    scores = babi_task(tmp_path).scores(["garden", "north,west", "kitchen", "yes"], ex)
+    assert scores["exact_match"] == 75.0
+    assert (scores["babi_mean_error"], scores["babi_failed_tasks"]) == (25.0, 1.0)  # task 19: 50% error
+
+
+# -- inference: the pipelines and their commands --------------------------------------------------
+def model_dir(tmp_path, task) -> str:
+    """A random tiny model saved by `task` (config, weights, tokenizers, task.json)."""
+    torch.manual_seed(0)
+    task.tokenizers = tiny_tokenizers()
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=4 + len(WORDS))).save_pretrained(tmp_path)
+    task.save_extras(tmp_path)
+    return str(tmp_path)
+
+
+CONTEXTS = ["Mary went to the garden .", "John went to the office . Sandra went to the kitchen .", "Mary went"]
+QUESTIONS = ["Where is Mary ?", "Where is Sandra ?", "Where is John ?"]
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_qa_and_summarizer_batched_equal_one_call_per_input(tmp_path, method):
+    qa = QA.from_pretrained(model_dir(tmp_path / "qa", babi_task(tmp_path)), max_input_tokens=6)
+    kwargs = {"method": method, "max_len_b": 5}
+    batched = qa.answer(CONTEXTS, QUESTIONS, **kwargs)
+    assert batched == [qa.answer(c, q, **kwargs) for c, q in zip(CONTEXTS, QUESTIONS)]
+    assert qa.translator.keep == "end"
+    summarizer = Summarizer.from_pretrained(model_dir(tmp_path / "sum", summarization_task(tmp_path)))
+    batched = summarizer.summarize(CONTEXTS, **kwargs)
+    assert batched == [summarizer.summarize([c], **kwargs)[0] for c in CONTEXTS]
+
+
+def test_a_pipeline_refuses_another_tasks_model(tmp_path):
+    directory = model_dir(tmp_path, babi_task(tmp_path))
+    assert json.loads((tmp_path / "task.json").read_text())["task"] == "qa"
+    with pytest.raises(ValueError, match="a qa model .*not a summarization model"):
+        Summarizer.from_pretrained(directory)
+
+
+def test_answer_and_summarize_commands(tmp_path, capsys):
+    qa_dir = model_dir(tmp_path / "qa", babi_task(tmp_path))
+    fast = ["--method", "greedy", "--max-len-b", "3"]
+    assert main(["answer", "--model", qa_dir, "--context", CONTEXTS[0], "--question", QUESTIONS[0], *fast]) == 0
+    expected = QA.from_pretrained(qa_dir).answer(CONTEXTS[0], QUESTIONS[0], method="greedy", max_len_b=3)
+    assert capsys.readouterr().out == expected + "\n"
+    questions = tmp_path / "q.jsonl"
+    write_jsonl(questions, [{"context": c, "question": q} for c, q in zip(CONTEXTS, QUESTIONS)])
+    out = tmp_path / "a.jsonl"
+    assert main(["answer", "--model", qa_dir, "-i", str(questions), "-o", str(out), *fast]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["question"] for r in rows] == QUESTIONS and rows[0]["prediction"] == expected
+    write_jsonl(questions, [{"context": "x", "question": "y"}, {"context": "x"}])
+    assert main(["answer", "--model", qa_dir, "-i", str(questions), *fast]) == 2
+    assert "q.jsonl:2: missing field(s) question" in capsys.readouterr().err
+    assert main(["summarize", "--model", qa_dir, *fast]) == 2
+    assert "not a summarization model" in capsys.readouterr().err
