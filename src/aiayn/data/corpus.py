@@ -100,6 +100,14 @@ def read_lines(path: str | Path, strip: bool = True) -> list[str]:
 
     Errors name the file and line.
     """
+    lines = read_text_file(path).split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start a new one
+    return [line.strip() if strip else line.rstrip("\r") for line in lines]
+
+
+def read_text_file(path: str | Path) -> str:
+    """The whole of a UTF-8 text file (`.gz` decompressed, a BOM dropped). Errors name the file and line."""
     path = Path(path)
     if not path.is_file():
         raise CorpusFileNotFound(f"{path}: file not found")
@@ -112,10 +120,7 @@ def read_lines(path: str | Path, strip: bool = True) -> list[str]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise CorpusError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
-    lines = text.removeprefix("\ufeff").split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line.strip() if strip else line.rstrip("\r") for line in lines]
+    return text.removeprefix("\ufeff")
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path, strict: bool = False) -> ParallelCorpus:

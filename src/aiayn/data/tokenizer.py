@@ -255,9 +255,37 @@ class SymbolTokenizer(Tokenizer):
         return json.dumps({"symbols": self.symbols}, ensure_ascii=False).encode("utf-8")
 
 
+class CharTokenizer(SymbolTokenizer):
+    """One id per character (a character-level language model, as nanoGPT's shakespeare_char).
+    Unknown characters encode to UNK_ID; decoding joins with nothing, so text round-trips."""
+
+    kind = "chars"
+    suffix = ".chars.json"
+
+    def __init__(self, symbols: Sequence[str], source: str = "<chars>") -> None:
+        symbols = list(symbols)
+        if any(not isinstance(c, str) or len(c) != 1 for c in symbols):
+            raise TokenizerError(f"{source}: every symbol must be one character")
+        if len(set(symbols)) != len(symbols):
+            raise TokenizerError(f"{source}: duplicate characters")
+        self.symbols = symbols
+        self._ids = {c: i + N_SPECIALS for i, c in enumerate(symbols)}
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        return cls(sorted(set(text)))
+
+    def encode(self, text: str) -> list[int]:
+        return [self._ids.get(c, UNK_ID) for c in text]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return "".join(p for i, p in zip(ids, self.pieces(ids)) if int(i) not in (PAD_ID, BOS_ID, EOS_ID))
+
+
 TOKENIZER_TYPES: Mapping[str, type[Tokenizer]] = MappingProxyType({
     SentencePieceTokenizer.kind: SentencePieceTokenizer,
     SymbolTokenizer.kind: SymbolTokenizer,
+    CharTokenizer.kind: CharTokenizer,
 })
 
 

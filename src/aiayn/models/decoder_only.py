@@ -62,6 +62,11 @@ class DecoderOnlyConfig:
         if self.positional not in ("learned", "sinusoidal"):
             raise ConfigError(f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}")
 
+    @property
+    def width(self) -> int:
+        """The width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
+        return self.d_model
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

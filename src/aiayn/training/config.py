@@ -29,8 +29,8 @@ from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 from aiayn.io import atomic_write
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-VOCAB_TYPES = ("bpe", "unigram", "symbols")
-DATA_FORMATS = ("parallel", "jsonl", "babi")
+VOCAB_TYPES = ("bpe", "unigram", "symbols", "chars")
+DATA_FORMATS = ("parallel", "jsonl", "babi", "text")
 CONFIG_NAME = "config.toml"
 
 
@@ -51,7 +51,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", tuple(sorted(dict(self.overrides).items())))
-        for key in ("src_vocab_size", "tgt_vocab_size"):
+        for key in ("src_vocab_size", "tgt_vocab_size", "vocab_size"):
             _check(key not in dict(self.overrides),
                    f"model.{key} is set from the tokenizer; set data.vocab_size instead")
         self.build(64, 64 if dict(self.overrides).get("share_embeddings", True) is not False else 65)
@@ -68,6 +68,8 @@ class ModelSpec:
         if config_class is TransformerConfig:
             return TransformerConfig.preset(self.preset, src_vocab_size=src_vocab_size,
                                             tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
+        if "vocab_size" in fields:  # one vocabulary: a language model
+            return config_class(vocab_size=src_vocab_size, **dict(self.overrides))
         return config_class(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
 
     def to_dict(self) -> dict:
@@ -107,7 +109,7 @@ class DataConfig:
     max_length: int = 256  # training pairs with a longer side (in tokens) are dropped
     valid_max_sentences: int = 0  # validation BLEU on the first N sentences (the loss on all); 0 = all
     # summarization and question answering (aiayn.tasks.summarization, aiayn.tasks.qa)
-    format: str = "parallel"  # "parallel" (as above) | "jsonl" (records) | "babi" (bAbI story files)
+    format: str = "parallel"  # "parallel" (as above) | "jsonl" (records) | "babi" (bAbI story files) | "text" (lm)
     source_field: str = "text"  # jsonl summarization: the input field
     target_field: str = "summary"  # jsonl summarization: the output field (the training target)
     reference_fields: tuple[str, ...] = ()  # more references for scoring (the score is the max over them)

@@ -1,0 +1,36 @@
+"""`aiayn generate`: continue a prompt with a decoder-only language model (GPT)."""
+
+from __future__ import annotations
+
+from aiayn.config import SamplingConfig
+from aiayn.runtime import DEVICES_HELP
+from aiayn.training.config import RunConfig
+
+HELP = "sample text from a language model directory (task lm) after a prompt"
+
+_S = SamplingConfig()
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--model", required=True, help="model directory written by `aiayn train` (task lm)")
+    p.add_argument("--prompt", default="\n", help="text to continue (default: a new line)")
+    p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default: 200)")
+    p.add_argument("--method", choices=["sample", "greedy"], default="sample", help="(default: sample)")
+    p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {_S.temperature})")
+    p.add_argument("--top-k", type=int, help=f"sample from the k most probable tokens (default: {_S.top_k}, all)")
+    p.add_argument("--top-p", type=float, help=f"nucleus sampling mass (default: {_S.top_p}, all)")
+    p.add_argument("--seed", type=int, help="sampling seed (default: unseeded)")
+    p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+
+
+def run(args) -> int:
+    from aiayn.runtime import resolve_device
+    from aiayn.tasks.lm import Generator
+
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    generator = Generator.from_pretrained(args.model, device=resolve_device(args.device))
+    text = generator.generate(args.prompt, args.max_new_tokens, method=args.method, seed=args.seed,
+                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    print(args.prompt + text)
+    return 0

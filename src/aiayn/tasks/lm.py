@@ -1,0 +1,202 @@
+"""Language modelling (seed 004 §11, GPT): a decoder-only model learns next-token prediction.
+
+    data        one plain-text file (`data.corpus`, `.gz` allowed); the first 1 - `data.valid_fraction`
+                of its characters train, the rest validate (nanoGPT's 90/10 split by default)
+    vocabulary  `data.vocab_type = "chars"`: one id per character of the training text (nanoGPT's
+                shakespeare_char); or sentencepiece ("bpe"/"unigram") trained on the training lines
+    batches     contiguous blocks, as nanoGPT samples them: `data.max_tokens // block` rows per
+                micro-batch, each a random window of block + 1 tokens (input = the first block,
+                target = shifted by one); block = the model's `max_positions`. The windows of an
+                epoch (train tokens / (rows · block) batches) are drawn from (seed, epoch, rank),
+                so a resumed run sees the same data.
+    loss        cross-entropy over every position (label smoothing `optim.label_smoothing`)
+    validation  the loss on every non-overlapping block of the validation text, in order
+    inference   `Generator` and `aiayn generate`
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from aiayn.config import PAD_ID
+from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.io import atomic_write
+from aiayn.tasks.seq2seq import TASK_FILE, TOKENIZER_DIR
+from aiayn.training.config import TrainConfig
+from aiayn.training.distributed import DistInfo
+from aiayn.training.loss import LossSums, label_smoothed_loss
+
+log = logging.getLogger(__name__)
+
+DEFAULT_VALID_FRACTION = 0.1  # nanoGPT's prepare.py: the first 90% of the characters train
+
+
+@dataclass
+class Blocks:
+    """x: (B, T) input tokens; y: (B, T) the next token at each position."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def to(self, device) -> "Blocks":
+        return Blocks(self.x.to(device), self.y.to(device))
+
+
+class EpochBlocks(Sequence):
+    """One epoch's random windows, cut on access."""
+
+    def __init__(self, ids: np.ndarray, starts: np.ndarray, block: int):
+        self.ids, self.starts, self.block = ids, starts, block  # starts: (batches, rows)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i: int) -> Blocks:
+        windows = np.stack([self.ids[s:s + self.block + 1] for s in self.starts[i]]).astype(np.int64)
+        return Blocks(torch.from_numpy(windows[:, :-1]), torch.from_numpy(windows[:, 1:]))
+
+
+def split_text(text: str, valid_fraction: float) -> tuple[str, str]:
+    """(train, valid): the first 1 - valid_fraction of the characters, and the rest."""
+    cut = int(len(text) * (1.0 - valid_fraction))
+    return text[:cut], text[cut:]
+
+
+class LMTask:
+    name = "lm"
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg, self.data = cfg, cfg.data
+        self.tokenizers: Optional[TokenizerPair] = None
+        self.train_ids = self.valid_ids = None
+
+    @property
+    def block(self) -> int:
+        return self.cfg.model.build(64, 64).max_positions
+
+    @property
+    def rows(self) -> int:
+        return max(1, self.data.max_tokens // self.block)
+
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
+        from aiayn.data.corpus import read_text_file
+
+        t = time.monotonic()
+        train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction or DEFAULT_VALID_FRACTION)
+        self.tokenizers = self._tokenizers(run_dir, dist, fresh, train)
+        tok = self.tokenizers.src
+        self.train_ids = np.asarray(tok.encode(train), dtype=np.int32)
+        self.valid_ids = np.asarray(tok.encode(valid), dtype=np.int32)
+        if len(self.train_ids) <= self.block or len(self.valid_ids) <= self.block:
+            raise ValueError(f"{self.data.corpus}: too short for blocks of {self.block} tokens "
+                             f"({len(self.train_ids)} training, {len(self.valid_ids)} validation tokens)")
+        log.info("data ready in %.1f s: %d training and %d validation tokens, vocabulary %d",
+                 time.monotonic() - t, len(self.train_ids), len(self.valid_ids), tok.vocab_size)
+
+    def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool, train: str) -> TokenizerPair:
+        if self.data.tokenizer:
+            return load_tokenizers(self.data.tokenizer)
+        directory = run_dir / TOKENIZER_DIR
+        if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
+            if self.data.vocab_type == "chars":
+                tok = CharTokenizer.from_text(train)
+            else:
+                from aiayn.data.tokenizer import SentencePieceTokenizer
+
+                tok = SentencePieceTokenizer.train([line for line in train.split("\n") if line.strip()],
+                                                   vocab_size=self.data.vocab_size, model_type=self.data.vocab_type,
+                                                   seed=self.cfg.train.seed)
+            save_tokenizers(TokenizerPair.shared(tok), directory)
+        if dist.enabled:
+            torch.distributed.barrier()
+        return load_tokenizers(directory)
+
+    def model_spec(self):
+        """`[model] type = "decoder-only"` (GPT), sized to the vocabulary."""
+        size = self.tokenizers.src.vocab_size
+        return self.cfg.model.type, self.cfg.model.build(size, size)
+
+    def train_data(self, dist: DistInfo) -> Callable[[int], EpochBlocks]:
+        n_batches = max(1, len(self.train_ids) // (self.rows * self.block * dist.world_size))
+        high = len(self.train_ids) - self.block - 1
+
+        def epoch(e: int) -> EpochBlocks:
+            rng = np.random.default_rng([self.cfg.train.seed, e, dist.rank])
+            return EpochBlocks(self.train_ids, rng.integers(0, high + 1, size=(n_batches, self.rows)), self.block)
+
+        return epoch
+
+    def valid_data(self) -> list[Blocks]:
+        """Every non-overlapping block of the validation tokens, in order."""
+        n = (len(self.valid_ids) - 1) // self.block
+        starts = np.arange(n) * self.block
+        return list(EpochBlocks(self.valid_ids, starts[: n - n % self.rows].reshape(-1, self.rows), self.block)) + (
+            [EpochBlocks(self.valid_ids, starts[None, n - n % self.rows:], self.block)[0]] if n % self.rows else [])
+
+    def loss(self, model, batch: Blocks) -> LossSums:
+        logits = model(batch.x)  # (B, T, V)
+        with torch.autocast(logits.device.type, enabled=False):
+            return label_smoothed_loss(logits, batch.y, self.cfg.optim.label_smoothing, PAD_ID)
+
+    def n_targets(self, batch: Blocks) -> int:
+        return batch.y.numel()
+
+    def validate(self, model) -> dict[str, float]:
+        return {}
+
+    def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
+        return None
+
+    def save_extras(self, model_dir: Path) -> None:
+        save_tokenizers(self.tokenizers, model_dir)
+        with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
+            tmp.write_text(json.dumps({"task": self.name, "block": self.block}, indent=2) + "\n")
+
+
+class Generator:
+    """`Generator.from_pretrained(DIR).generate(prompt, max_new_tokens=..., temperature=..., top_k=..., top_p=...)`:
+    text sampled from a decoder-only model through the shared sampling code (greedy with
+    `method="greedy"`). The context is the model's block: prompt + new tokens must fit in it."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model.eval(), tokenizer
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "Generator":
+        from aiayn.models import load_model
+        from aiayn.tasks.seq2seq import read_task_info
+
+        found = read_task_info(model_dir).get("task", "translation")
+        if found != LMTask.name:
+            raise ValueError(f"{model_dir}: a {found} model (task.json), not a language model")
+        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src)
+
+    @torch.inference_mode()
+    def generate(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
+                 **sampling) -> str:
+        """The prompt's continuation (without the prompt). `sampling`: temperature, top_k, top_p."""
+        from aiayn.config import SamplingConfig
+        from aiayn.decoding.greedy import greedy_search
+        from aiayn.decoding.sampling import sample
+
+        ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
+        room = self.model.config.max_positions - len(ids)
+        if self.model.max_output_length is not None and max_new_tokens > room:
+            raise ValueError(f"the prompt ({len(ids)} tokens) and {max_new_tokens} new tokens exceed the model's "
+                             f"block of {self.model.config.max_positions}; at most {max(room, 0)} new tokens fit")
+        device = next(self.model.parameters()).device
+        src = torch.tensor([ids], device=device)
+        if method == "greedy":
+            out = greedy_search(self.model, src, 0.0, max_new_tokens)
+        else:
+            config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
+            out = sample(self.model, src, config, max_len_a=0.0, max_len_b=max_new_tokens)
+        return self.tokenizer.decode(out[0])
