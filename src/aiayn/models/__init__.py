@@ -21,6 +21,7 @@ import torch
 from aiayn.config import ConfigError
 from aiayn.models.base import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel
 from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
 from aiayn.models.rnn import RNNConfig, RNNEncoderDecoder
 from aiayn.models.transformer import Transformer, count_parameters
 
@@ -28,6 +29,7 @@ MODEL_TYPES: Mapping[str, type[PretrainedModel]] = MappingProxyType({
     Transformer.model_type: Transformer,
     RNNEncoderDecoder.model_type: RNNEncoderDecoder,  # the recurrent baseline (Bahdanau / Luong attention)
     DecoderOnly.model_type: DecoderOnly,  # GPT: the decoder without cross-attention
+    EncoderOnly.model_type: EncoderOnly,  # BERT and ViT: the encoder with a [CLS] position
 })
 DEFAULT_MODEL_TYPE = Transformer.model_type  # for config.json files without a model_type
 
@@ -67,6 +69,7 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Pre
 
 
 __all__ = [
-    "MODEL_TYPES", "DEFAULT_MODEL_TYPE", "PretrainedModel", "RNNConfig", "RNNEncoderDecoder", "Transformer", "build_model", "count_parameters",
+    "MODEL_TYPES", "DEFAULT_MODEL_TYPE", "PretrainedModel", "DecoderOnly", "DecoderOnlyConfig", "EncoderOnly",
+    "EncoderOnlyConfig", "RNNConfig", "RNNEncoderDecoder", "Transformer", "build_model", "count_parameters",
     "load_model", "model_class", "read_config", "CONFIG_FILE", "WEIGHTS_FILE",
 ]

@@ -1,0 +1,152 @@
+"""The encoder-only Transformer: BERT (Devlin et al., 2019) and, with patches as tokens, ViT
+(Dosovitskiy et al., 2021); seed 004 §11's bidirectional descendants.
+
+The body is the paper's encoder stack (§3.1, `aiayn.modules.layers.EncoderLayer`): no causal
+mask, every position sees every other. A [CLS] position comes first; its final state is the
+summary a classifier reads.
+
+    input = "tokens"   token embeddings (§3.4) + positions; [CLS] is the BOS id, which no text
+                       contains, so a vocabulary needs no extra piece for it
+    input = "patches"  a linear map of flattened image patches (ViT §3.1), a learned [CLS]
+                       vector, learned positions
+
+Heads:
+    mlm_logits   masked-language-model pre-training: dense + GELU + LayerNorm, then the
+                 projection tied to the token embedding (BERT §3.1, Appendix A)
+    classify     a linear map of the [CLS] state to `n_classes` scores
+
+Shape: tokens (B, T) ids, PAD on the right | patches (B, N, patch_dim) floats
+    hidden (B, 1 + T, D); mlm_logits (B, T, V); classify (B, n_classes)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.config import BOS_ID, PAD_ID, ConfigError, check_types, known_fields
+from aiayn.models.base import PretrainedModel
+from aiayn.modules import masks
+from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.modules.layers import EncoderLayer
+
+CLS_ID = BOS_ID  # the [CLS] position's token: BOS, which no tokenized text contains
+
+
+@dataclass(frozen=True)
+class EncoderOnlyConfig:
+    """BERT or ViT. `n_classes` > 0 adds the classifier head; `input` picks tokens or patches."""
+
+    vocab_size: int = 8000  # tokens only
+    d_model: int = 256
+    n_heads: int = 4
+    n_layers: int = 4
+    d_ff: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    attention_score: str = "scaled_dot"
+    norm_first: bool = False  # BERT is post-norm, as the paper; ViT is pre-norm
+    positional: str = "learned"  # "learned" (BERT, ViT) or "sinusoidal" (§3.5)
+    max_positions: int = 128  # [CLS] included
+    n_classes: int = 0  # > 0: a classification head on [CLS]
+    input: str = "tokens"  # "tokens" | "patches"
+    patch_dim: int = 0  # patches: values per flattened patch (channels · height · width)
+    layer_norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_heads", "n_layers", "d_ff", "max_positions"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.input not in ("tokens", "patches"):
+            raise ConfigError(f"input must be 'tokens' or 'patches', got {self.input!r}")
+        if self.input == "patches" and (self.patch_dim <= 0 or self.positional != "learned"):
+            raise ConfigError("input = 'patches' needs patch_dim > 0 and learned positions")
+        if self.n_classes < 0:
+            raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
+
+    @property
+    def width(self) -> int:
+        """The width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
+        return self.d_model
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EncoderOnlyConfig":
+        known = known_fields(cls, dict(data), "model config")
+        check_types(cls, known)
+        return cls(**known)
+
+
+class EncoderOnly(PretrainedModel):
+    """BERT / ViT: the encoder stack over [CLS] + inputs, with an MLM head and a classifier head."""
+
+    model_type = "encoder-only"
+    config_class = EncoderOnlyConfig
+
+    def __init__(self, config: EncoderOnlyConfig):
+        super().__init__(config)
+        cfg = config
+        if cfg.input == "tokens":
+            self.embed = Embeddings(cfg.vocab_size, cfg.d_model, PAD_ID)
+        else:
+            self.patch_proj = nn.Linear(cfg.patch_dim, cfg.d_model)
+            self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
+        self.positions = (LearnedPositionalEncoding(cfg.d_model, cfg.max_positions) if cfg.positional == "learned"
+                          else SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions))
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        if cfg.input == "tokens":  # the MLM transform; its output projection is the tied embedding
+            self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
+            self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.classifier = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes else None
+
+    def _inputs(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
+        """[CLS] + embedded inputs (B, 1 + T, D) with positions, and the key mask (B, 1, 1, 1 + T) or None."""
+        if self.config.input == "patches":  # x: (B, N, patch_dim)
+            h = torch.cat([self.cls.expand(x.shape[0], -1, -1), self.patch_proj(x)], dim=1)
+            keep = None
+        else:  # x: (B, T) ids
+            ids = torch.cat([torch.full_like(x[:, :1], CLS_ID), x], dim=1)
+            h = self.embed(ids)
+            keep = None if not bool((x == PAD_ID).any()) else masks.key_mask(ids != PAD_ID)
+        if h.shape[1] > self.config.max_positions and self.config.positional == "learned":
+            raise ValueError(f"{h.shape[1]} positions ([CLS] included) exceed max_positions {self.config.max_positions}")
+        return self.dropout(h + self.positions(h.shape[1])), keep
+
+    def forward(self, x: Tensor, need_weights: bool = False):
+        """Final states (B, 1 + T, D) ([CLS] first), and the self-attention per layer when asked."""
+        h, keep = self._inputs(x)
+        weights = []
+        for layer in self.layers:
+            h, w = layer(h, keep, need_weights)
+            weights.append(w)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        return (h, weights) if need_weights else h
+
+    def mlm_logits(self, tokens: Tensor) -> Tensor:
+        """(B, T) ids (some replaced by [MASK]) -> (B, T, V) scores of the original token at each position."""
+        h = self(tokens)[:, 1:]
+        return F.linear(self.mlm_norm(F.gelu(self.mlm_dense(h))), self.embed.weight)
+
+    def classify(self, x: Tensor) -> Tensor:
+        """(B, T) ids or (B, N, patch_dim) patches -> (B, n_classes) scores from the [CLS] state."""
+        if self.classifier is None:
+            raise ValueError("this model has no classifier head (n_classes = 0)")
+        return self.classifier(self(x)[:, 0])
+
+    @torch.inference_mode()
+    def attention(self, x: Tensor) -> list[Tensor]:
+        """Self-attention maps per layer (B, H, 1 + T, 1 + T); row 0 is what [CLS] attends to."""
+        return self(x, need_weights=True)[1]

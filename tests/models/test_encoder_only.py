@@ -1,0 +1,91 @@
+"""The encoder-only model (BERT / ViT): its body against torch's TransformerEncoder with copied
+weights, bidirectional attention, padding, the heads, and patches as tokens."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from aiayn.config import PAD_ID
+from aiayn.models import EncoderOnly, EncoderOnlyConfig, load_model
+from aiayn.models.encoder_only import CLS_ID
+
+CFG = dict(vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, dropout=0.0, max_positions=16, n_classes=3)
+
+
+def model(**overrides) -> EncoderOnly:
+    torch.manual_seed(0)
+    m = EncoderOnly(EncoderOnlyConfig(**{**CFG, **overrides})).eval()
+    for module in m.modules():
+        if isinstance(module, nn.LayerNorm):
+            nn.init.normal_(module.weight, 1.0, 0.1)
+            nn.init.normal_(module.bias, 0.0, 0.1)
+    return m
+
+
+def reference(ours: EncoderOnly) -> nn.TransformerEncoder:
+    cfg = ours.config
+    layer = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0, batch_first=True,
+                                       norm_first=cfg.norm_first)
+    ref = nn.TransformerEncoder(layer, cfg.n_layers, norm=ours.final_norm, enable_nested_tensor=False).eval()
+    with torch.no_grad():
+        for mine, theirs in zip(ours.layers, ref.layers):
+            theirs.self_attn.in_proj_weight.copy_(mine.self_attn.in_proj.weight)
+            theirs.self_attn.in_proj_bias.copy_(mine.self_attn.in_proj.bias)
+            theirs.self_attn.out_proj.load_state_dict(mine.self_attn.out_proj.state_dict())
+            theirs.linear1.load_state_dict(mine.ff.linear1.state_dict())
+            theirs.linear2.load_state_dict(mine.ff.linear2.state_dict())
+            theirs.norm1.load_state_dict(mine.sa_conn.norm.state_dict())
+            theirs.norm2.load_state_dict(mine.ff_conn.norm.state_dict())
+    return ref
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@torch.no_grad()
+def test_body_equals_torch_encoder_with_padding(norm_first):
+    ours = model(norm_first=norm_first)
+    x = torch.randint(4, 23, (3, 7))
+    x[1, 5:] = PAD_ID
+    x[2, 3:] = PAD_ID
+    ids = torch.cat([torch.full((3, 1), CLS_ID), x], dim=1)
+    embedded = ours.embed(ids) + ours.positions(ids.shape[1])
+    expected = reference(ours)(embedded, src_key_padding_mask=ids == PAD_ID)
+    real = ids != PAD_ID
+    torch.testing.assert_close(ours(x)[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_attention_is_bidirectional_and_ignores_padding():
+    m = model()
+    x = torch.randint(4, 23, (2, 6))
+    changed = x.clone()
+    changed[:, -1] = 4 if int(x[0, -1]) != 4 else 5
+    assert not torch.allclose(m(x)[:, 1], m(changed)[:, 1])  # a later token changes an earlier state
+    for w in m.attention(x):
+        assert w.triu(diagonal=1).abs().sum() > 0  # not causal
+    padded = torch.cat([x, torch.full((2, 3), PAD_ID)], dim=1)
+    torch.testing.assert_close(m.classify(padded), m.classify(x), atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_heads_shapes_and_tied_mlm_projection(tmp_path):
+    m = model()
+    x = torch.randint(4, 23, (2, 5))
+    assert m.mlm_logits(x).shape == (2, 5, 23) and m.classify(x).shape == (2, 3)
+    h = m(x)[:, 1:]
+    torch.testing.assert_close(m.mlm_logits(x), F.linear(m.mlm_norm(F.gelu(m.mlm_dense(h))), m.embed.weight))
+    m.save_pretrained(tmp_path)
+    torch.testing.assert_close(load_model(tmp_path).classify(x), m.classify(x))
+    with pytest.raises(ValueError, match="no classifier head"):
+        model(n_classes=0).classify(x)
+
+
+@torch.no_grad()
+def test_patches_as_tokens():
+    vit = model(input="patches", patch_dim=12, norm_first=True, vocab_size=1)
+    patches = torch.randn(2, 4, 12)
+    assert vit.classify(patches).shape == (2, 3)
+    weights = vit.attention(patches)
+    assert weights[0].shape == (2, 4, 5, 5)  # [CLS] + 4 patches
+    with pytest.raises(ValueError, match="exceed max_positions"):
+        vit(torch.randn(1, 16, 12))

@@ -1,0 +1,86 @@
+"""The language-modelling task: nanoGPT's split, contiguous blocks, the character vocabulary, a
+learning check through `aiayn train`, and generation."""
+
+import numpy as np
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.tasks import LMTask
+from aiayn.tasks.lm import Generator, split_text
+from aiayn.training.config import load_config
+from aiayn.training.distributed import SINGLE
+
+
+def lm_config(corpus, *overrides):
+    return load_config(None, [
+        'task="lm"', 'model.type="decoder-only"', "model.d_model=32", "model.n_heads=2", "model.n_layers=2",
+        "model.d_ff=64", "model.max_positions=8", 'data.format="text"', f'data.corpus="{corpus}"',
+        'data.vocab_type="chars"', "data.max_tokens=32", "train.max_updates=1", "train.bleu=false", *overrides])
+
+
+def test_split_is_nanogpts_first_90_percent_of_characters():
+    text = "".join(chr(97 + i % 26) for i in range(1000))
+    train, valid = split_text(text, 0.1)
+    assert (train, valid) == (text[:900], text[900:])
+
+
+def test_char_tokenizer_round_trips_and_saves(tmp_path):
+    tok = CharTokenizer.from_text("hello, world\n")
+    text = "hello\nworld, low"
+    assert tok.decode(tok.encode(text)) == text and len(tok.encode(text)) == len(text)
+    assert tok.encode("z") == [3]  # unknown -> UNK
+    save_tokenizers(TokenizerPair.shared(tok), tmp_path)
+    assert load_tokenizers(tmp_path).src.encode(text) == tok.encode(text)
+
+
+def prepared(tmp_path, text="0123456789" * 40, *overrides) -> LMTask:
+    corpus = tmp_path / "text.txt"
+    corpus.write_text(text)
+    task = LMTask(lm_config(corpus, *overrides))
+    task.prepare(tmp_path / "run", SINGLE)
+    return task
+
+
+def test_blocks_are_windows_with_targets_shifted_by_one(tmp_path):
+    task = prepared(tmp_path)
+    assert (task.block, task.rows) == (8, 4)
+    epoch0, again, epoch1 = task.train_data(SINGLE)(0), task.train_data(SINGLE)(0), task.train_data(SINGLE)(1)
+    batch = epoch0[0]
+    assert batch.x.shape == batch.y.shape == (4, 8)
+    assert torch.equal(batch.x[:, 1:], batch.y[:, :-1])  # y is x shifted by one position
+    digits = lambda t: (t - 4).remainder(10)  # noqa: E731  ids 4.. are "0".."9" in order
+    assert torch.equal(digits(batch.y), (digits(batch.x) + 1) % 10)  # the next character of the text
+    assert torch.equal(again[0].x, batch.x) and not torch.equal(epoch1[0].x, batch.x)  # seeded by epoch
+    valid = task.valid_data()
+    seen = torch.cat([b.x.reshape(-1) for b in valid])
+    assert torch.equal(seen, torch.as_tensor(task.valid_ids[: len(seen)], dtype=torch.long))  # in order, no overlap
+
+
+def test_too_short_a_text_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="too short for blocks of 8 tokens"):
+        prepared(tmp_path, "abc" * 10)
+
+
+def test_a_tiny_gpt_learns_a_repeating_text_and_generates_it(tmp_path, capsys):
+    """A learning check through `aiayn train`: the text is periodic, so the model can be exact."""
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("abcdefg" * 300)
+    recipe = tmp_path / "lm.toml"
+    recipe.write_text("[train]\nmax_updates = 150\n")
+    args = ["train", str(recipe), "--set", 'task="lm"', "--set", 'model.type="decoder-only"', "--set", "model.d_model=32",
+            "--set", "model.n_heads=2", "--set", "model.n_layers=2", "--set", "model.d_ff=64",
+            "--set", "model.max_positions=16", "--set", 'data.format="text"', "--set", f'data.corpus="{corpus}"',
+            "--set", 'data.vocab_type="chars"', "--set", "data.max_tokens=128",
+            "--set", "optim.warmup_steps=20", "--set", "optim.label_smoothing=0.0", "--set", "train.bleu=false",
+            "--set", "train.progress=false", "--set", "optim.lr_factor=2.0",
+            "--run-dir", str(tmp_path / "run")]
+    assert main(args) == 0
+    model_dir = str(tmp_path / "run" / "model")
+    assert Generator.from_pretrained(model_dir).generate("cde", 10, method="greedy") == "fgabcdefga"
+    capsys.readouterr()
+    assert main(["generate", "--model", model_dir, "--prompt", "ab", "--method", "greedy", "--max-new-tokens", "5"]) == 0
+    assert capsys.readouterr().out == "abcdefg\n"
+    assert main(["generate", "--model", model_dir, "--prompt", "abc", "--max-new-tokens", "14"]) == 2
+    assert "at most 13 new tokens fit" in capsys.readouterr().err
