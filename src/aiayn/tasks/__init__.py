@@ -1,6 +1,6 @@
 """Tasks: translation, summarization and question answering (the text-to-text tasks of
-`seq2seq`) and language modelling (`lm`, a decoder-only model); classification plugs in beside
-them (see `base.Task`). A
+`seq2seq`), language modelling (`lm`, a decoder-only model), and classification and masked-LM
+pre-training (`classify`, `mlm`, an encoder-only model); see `base.Task`. A
 recipe names its task with a top-level `task = "..."` (default "translation")."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from typing import Mapping
 
 from aiayn.config import ConfigError
 from aiayn.tasks.base import Task
+from aiayn.tasks.classify import ClassifyTask, MLMTask
 from aiayn.tasks.lm import LMTask
 from aiayn.tasks.qa import QATask
 from aiayn.tasks.summarization import SummarizationTask
 from aiayn.tasks.translation import TranslationTask
 
-TASKS: Mapping[str, type] = MappingProxyType({t.name: t for t in (TranslationTask, SummarizationTask, QATask, LMTask)})
+TASKS: Mapping[str, type] = MappingProxyType({t.name: t for t in (TranslationTask, SummarizationTask, QATask, LMTask, ClassifyTask, MLMTask)})
 DEFAULT_TASK = TranslationTask.name
 
 
@@ -26,4 +27,4 @@ def build_task(cfg) -> Task:
     return TASKS[cfg.task](cfg)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "SummarizationTask", "QATask", "LMTask", "build_task"]
+__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "SummarizationTask", "QATask", "LMTask", "ClassifyTask", "MLMTask", "build_task"]

@@ -162,6 +162,7 @@ class RunConfig:
     bleu: bool = True  # greedy sacreBLEU at validation
     patience: int = 0  # stop after this many validations without a better loss; 0 = off
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
+    init_from: str = ""  # a model directory whose weights start a fresh run (same names and shapes; e.g. MLM -> classifier)
     max_bad_updates: int = 10  # stop after this many non-finite updates in a row
     log_every: int = 50  # updates between train rows in metrics.jsonl
     progress: bool = True  # the `aiayn train` command draws a progress bar

@@ -82,6 +82,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             model_type, model_cfg = task.model_spec()
             seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
             model = build_model(model_type, model_cfg).to(device)
+            if run.init_from and not resume:
+                load_matching(model, run.init_from)
             preset = f" ({cfg.model.preset})" if model_type == "encoder-decoder" else ""
             log.info("model: %s%s, %s parameters", model_type, preset, f"{model.num_parameters():,}")
             lr_at = lr_function(run.schedule, model_cfg.width, cfg.optim.warmup_steps, cfg.optim.lr_factor)
@@ -94,6 +96,25 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             return trainer.fit()
     finally:
         shutdown()
+
+
+def load_matching(model, model_dir: str | Path) -> None:
+    """Start `model` from the weights of `model_dir` that have its names and shapes (a classifier
+    from an MLM-pretrained body); the rest keep their fresh initialisation. Both are logged."""
+    from safetensors.torch import load_file
+
+    from aiayn.models.base import WEIGHTS_FILE
+
+    path = Path(model_dir) / WEIGHTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: train.init_from needs a model directory")
+    saved, own = load_file(str(path)), model.state_dict()
+    used = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
+    if not used:
+        raise ValueError(f"{path}: no weight matches this model's names and shapes")
+    model.load_state_dict(used, strict=False)
+    log.info("init_from %s: %d tensors loaded; kept fresh: %s", model_dir, len(used),
+             ", ".join(sorted(set(own) - set(used))) or "none")
 
 
 def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:

@@ -1,0 +1,301 @@
+"""Text classification and masked-language-model pre-training with the encoder-only model (BERT).
+
+    data        `text<TAB>label` lines, `{corpus}/{split}.tsv[.gz]`; a first line whose label field
+                is "label" is a header. A line without exactly one TAB is an error naming the file
+                and line; an empty text is skipped and counted.
+    vocabulary  sentencepiece (or whitespace symbols) on the training texts, with "[MASK]" a piece
+                of its own, so a classifier can start from an MLM model's directory
+                (`train.init_from`) with the same vocabulary (`data.tokenizer = DIR`)
+    classify    cross-entropy of the [CLS] head over the labels (sorted label strings of the
+                training split; saved in task.json); validation and test: accuracy
+    mlm         BERT's masked-language-model objective (Devlin et al., 2019, §3.1): 15% of the
+                tokens are chosen; of those 80% become [MASK], 10% a random token, 10% stay;
+                the loss covers the chosen positions only. The choice is drawn per batch from
+                (seed, epoch, batch), so a resumed run masks the same way.
+    inference   `Classifier` and `aiayn classify`
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from aiayn.config import PAD_ID, UNK_ID
+from aiayn.data.corpus import CorpusError
+from aiayn.data.tokenizer import N_SPECIALS, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.io import atomic_write
+from aiayn.tasks.seq2seq import TASK_FILE, TOKENIZER_DIR, build_tokenizers
+from aiayn.tasks.summarization import record_file
+from aiayn.training.config import TrainConfig
+from aiayn.training.distributed import DistInfo
+from aiayn.training.loss import LossSums
+
+log = logging.getLogger(__name__)
+
+MASK = "[MASK]"
+MASK_RATE, MASK_AS_MASK, MASK_AS_RANDOM = 0.15, 0.8, 0.1  # BERT §3.1 (the remaining 10% stay)
+
+
+def read_labelled(path: Path) -> tuple[list[str], list[str], int]:
+    """(texts, labels, empty texts skipped) of a `text<TAB>label` file."""
+    from aiayn.data.corpus import read_lines
+
+    texts, labels, n_empty = [], [], 0
+    for i, line in enumerate(read_lines(path, strip=False), start=1):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise CorpusError(f"{path}:{i}: expected text<TAB>label, found {len(fields)} tab-separated fields")
+        text, label = fields[0].strip(), fields[1].strip()
+        if i == 1 and label == "label":
+            continue  # a header
+        if not label:
+            raise CorpusError(f"{path}:{i}: empty label")
+        if not text:
+            n_empty += 1
+            continue
+        texts.append(text)
+        labels.append(label)
+    return texts, labels, n_empty
+
+
+@dataclass
+class TextBatch:
+    """tokens (B, T) ids, PAD on the right; targets: (B,) label indices (classify) or (B, T)
+    original ids at the masked positions and PAD elsewhere (mlm)."""
+
+    tokens: torch.Tensor
+    targets: torch.Tensor
+
+    def to(self, device) -> "TextBatch":
+        return TextBatch(self.tokens.to(device), self.targets.to(device))
+
+
+def pad(rows: Sequence[Sequence[int]]) -> torch.Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+
+def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: torch.Generator):
+    """BERT's masking of (B, T) ids -> (inputs, targets): targets hold the original id at the
+    chosen positions and PAD elsewhere; PAD positions are never chosen."""
+    real = tokens != PAD_ID
+    draw = lambda: torch.rand(tokens.shape, generator=generator)  # noqa: E731
+    chosen = real & (draw() < MASK_RATE)
+    how = draw()
+    as_mask = chosen & (how < MASK_AS_MASK)
+    as_random = chosen & (how >= MASK_AS_MASK) & (how < MASK_AS_MASK + MASK_AS_RANDOM)
+    random_ids = torch.randint(N_SPECIALS, vocab_size, tokens.shape, generator=generator)
+    inputs = torch.where(as_mask, torch.full_like(tokens, mask_id), torch.where(as_random, random_ids, tokens))
+    return inputs, torch.where(chosen, tokens, torch.full_like(tokens, PAD_ID))
+
+
+class ClassifyTask:
+    name = "classify"
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg, self.data = cfg, cfg.data
+        self.tokenizers: Optional[TokenizerPair] = None
+        self.labels: list[str] = []
+        self.splits: dict[str, tuple[list[list[int]], list[int]]] = {}
+
+    # -- data -----------------------------------------------------------------------------------
+    def read(self, split: str) -> tuple[list[str], list[str]]:
+        path = record_file(self.data.corpus, split, (".tsv", ".tsv.gz"))
+        texts, labels, n_empty = read_labelled(path)
+        if n_empty:
+            log.info("%s: %d empty texts skipped", path, n_empty)
+        return texts, labels
+
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
+        t, data = time.monotonic(), self.data
+        texts, labels = self.read(data.train_split)
+        self.labels = sorted(set(labels))
+        self.tokenizers = self._tokenizers(run_dir, dist, fresh, texts)
+        for split in filter(None, (data.train_split, data.valid_split, data.test_split)):
+            split_texts, split_labels = (texts, labels) if split == data.train_split else self.read(split)
+            unknown = sorted(set(split_labels) - set(self.labels))
+            if unknown:
+                raise CorpusError(f"{data.corpus} split {split!r}: labels {unknown} never occur in training")
+            ids = [s[: data.max_length] for s in self.tokenizers.src.encode_batch(split_texts)]
+            self.splits[split] = (ids, [self.labels.index(y) for y in split_labels])
+        log.info("data ready in %.1f s: %d training texts, labels %s", time.monotonic() - t,
+                 len(self.splits[data.train_split][0]), self.labels)
+
+    def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool, texts: list[str]) -> TokenizerPair:
+        if self.data.tokenizer:
+            return load_tokenizers(self.data.tokenizer)
+        directory = run_dir / TOKENIZER_DIR
+        if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
+            save_tokenizers(build_tokenizers(self.data, texts, [], self.cfg.train.seed, (MASK,)), directory)
+        if dist.enabled:
+            torch.distributed.barrier()
+        return load_tokenizers(directory)
+
+    def model_spec(self):
+        """`[model] type = "encoder-only"`, with a head for the labels."""
+        import dataclasses
+
+        size = self.tokenizers.src.vocab_size
+        return self.cfg.model.type, dataclasses.replace(self.cfg.model.build(size, size), n_classes=self.n_classes())
+
+    def n_classes(self) -> int:
+        return len(self.labels)
+
+    def batches(self, split: str, epoch: int, dist: Optional[DistInfo], shuffle: bool) -> list[list[int]]:
+        from aiayn.data.batching import TokenBucketSampler
+
+        ids, _ = self.splits[split]
+        sampler = TokenBucketSampler(np.array([len(s) + 1 for s in ids]), np.zeros(len(ids), dtype=np.int64),
+                                     self.data.max_tokens, seed=self.cfg.train.seed, shuffle=shuffle,
+                                     rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
+                                     skip_overlong=True)
+        return sampler.batches(epoch)
+
+    def collate(self, split: str, indices: Sequence[int], epoch: int = 0, number: int = 0) -> TextBatch:
+        ids, labels = self.splits[split]
+        return TextBatch(pad([ids[i] for i in indices]), torch.tensor([labels[i] for i in indices]))
+
+    def train_data(self, dist: DistInfo) -> Callable[[int], list[TextBatch]]:
+        split = self.data.train_split
+        return lambda epoch: _Lazy([lambda b=b, n=n: self.collate(split, b, epoch, n)
+                                    for n, b in enumerate(self.batches(split, epoch, dist, True))])
+
+    def valid_data(self) -> Optional[list[TextBatch]]:
+        split = self.data.valid_split
+        if not split:
+            return None
+        return [self.collate(split, b, 0, n) for n, b in enumerate(self.batches(split, 0, None, False))]
+
+    # -- training -------------------------------------------------------------------------------
+    def loss(self, model, batch: TextBatch) -> LossSums:
+        scores = model.classify(batch.tokens).float()  # (B, C)
+        loss = F.cross_entropy(scores, batch.targets, reduction="sum", label_smoothing=self.cfg.optim.label_smoothing)
+        nll = F.cross_entropy(scores.detach(), batch.targets, reduction="sum")
+        return LossSums(loss, nll, batch.targets.numel())
+
+    def n_targets(self, batch: TextBatch) -> int:
+        return batch.targets.numel()
+
+    # -- validation, test, inference ------------------------------------------------------------
+    @torch.inference_mode()
+    def accuracy(self, model, split: str) -> float:
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        right = total = 0
+        for n, b in enumerate(self.batches(split, 0, None, False)):
+            batch = self.collate(split, b, 0, n).to(device)
+            right += int((model.classify(batch.tokens).argmax(-1) == batch.targets).sum())
+            total += len(b)
+        model.train(was_training)
+        return 100.0 * right / max(total, 1)
+
+    def validate(self, model) -> dict[str, float]:
+        return {"accuracy": self.accuracy(model, self.data.valid_split)} if self.data.valid_split else {}
+
+    def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
+        if not self.data.test_split:
+            return None
+        from aiayn.models import load_model
+
+        t = time.monotonic()
+        acc = self.accuracy(load_model(model_dir, device=device), self.data.test_split)
+        result = {"split": self.data.test_split, "accuracy": acc, "signature": "accuracy %, argmax of the [CLS] head",
+                  "n_examples": len(self.splits[self.data.test_split][1]), "seconds": time.monotonic() - t,
+                  "beam_size": 0, "length_penalty": 0.0, "detail": f"accuracy {acc:.2f}%"}
+        with atomic_write(Path(model_dir).parent / "test_scores.json") as tmp:
+            tmp.write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
+    def save_extras(self, model_dir: Path) -> None:
+        save_tokenizers(self.tokenizers, model_dir)
+        with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
+            tmp.write_text(json.dumps({"task": self.name, "labels": self.labels,
+                                       "max_length": self.data.max_length}, indent=2) + "\n")
+
+
+class MLMTask(ClassifyTask):
+    """Masked-language-model pre-training on the texts of the classification files (labels unused)."""
+
+    name = "mlm"
+
+    def n_classes(self) -> int:
+        return 0
+
+    def collate(self, split: str, indices: Sequence[int], epoch: int = 0, number: int = 0) -> TextBatch:
+        ids, _ = self.splits[split]
+        tokens = pad([ids[i] for i in indices])
+        generator = torch.Generator().manual_seed(int(np.random.SeedSequence(
+            [self.cfg.train.seed, epoch, number, 0 if split == self.data.train_split else 1]).generate_state(1)[0]))
+        mask_id = self.tokenizers.src.encode(MASK)[-1]
+        inputs, targets = mask_tokens(tokens, mask_id, self.tokenizers.src.vocab_size, generator)
+        return TextBatch(inputs, targets)
+
+    def loss(self, model, batch: TextBatch) -> LossSums:
+        from aiayn.training.loss import label_smoothed_loss
+
+        logits = model.mlm_logits(batch.tokens)  # (B, T, V)
+        with torch.autocast(logits.device.type, enabled=False):
+            return label_smoothed_loss(logits, batch.targets, self.cfg.optim.label_smoothing, PAD_ID)
+
+    def n_targets(self, batch: TextBatch) -> int:
+        return int((batch.targets != PAD_ID).sum())
+
+    def validate(self, model) -> dict[str, float]:
+        return {}
+
+    def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
+        return None
+
+
+class _Lazy(Sequence):
+    """A list of batches built on access (an epoch's masks and tensors are not all kept)."""
+
+    def __init__(self, makers):
+        self.makers = makers
+
+    def __len__(self) -> int:
+        return len(self.makers)
+
+    def __getitem__(self, i: int) -> TextBatch:
+        return self.makers[i]()
+
+
+class Classifier:
+    """`Classifier.from_pretrained(DIR).classify(texts)` -> [(label, probability)] per text."""
+
+    def __init__(self, model, tokenizer, labels: list[str], max_length: int):
+        self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "Classifier":
+        from aiayn.models import load_model
+        from aiayn.tasks.seq2seq import read_task_info
+
+        info = read_task_info(model_dir)
+        if info.get("task") != ClassifyTask.name:
+            raise ValueError(f"{model_dir}: a {info.get('task', 'translation')} model (task.json), not a classifier")
+        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, info["labels"],
+                   info.get("max_length", 256))
+
+    @torch.inference_mode()
+    def classify(self, texts: Sequence[str], batch_size: int = 64) -> list[tuple[str, float]]:
+        device = next(self.model.parameters()).device
+        out: list[tuple[str, float]] = []
+        for start in range(0, len(texts), batch_size):
+            ids = [(self.tokenizer.encode(t)[: self.max_length] or [UNK_ID])
+                   for t in texts[start:start + batch_size]]
+            probs = self.model.classify(pad(ids).to(device)).softmax(-1)
+            best = probs.argmax(-1)
+            out += [(self.labels[int(i)], float(p[i])) for i, p in zip(best, probs)]
+        return out

@@ -1,0 +1,72 @@
+"""Classification and MLM pre-training with the encoder-only model: the reader, BERT's masking
+rates, init_from, and a learning check through `aiayn train` and `aiayn classify`."""
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import PAD_ID
+from aiayn.data.corpus import CorpusError
+from aiayn.tasks.classify import Classifier, mask_tokens, read_labelled
+
+
+def test_reader_header_empty_texts_and_errors(tmp_path):
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tlabel\ngood film \t1\n \t0\nbad film\t0\n")
+    assert read_labelled(path) == (["good film", "bad film"], ["1", "0"], 1)
+    path.write_text("good film\t1\nno tab here\n")
+    with pytest.raises(CorpusError, match=r"train\.tsv:2: expected text<TAB>label"):
+        read_labelled(path)
+
+
+def test_masking_rates_over_many_draws():
+    tokens = torch.randint(10, 1000, (400, 250))
+    tokens[:, 200:] = PAD_ID
+    inputs, targets = mask_tokens(tokens, mask_id=5, vocab_size=1000, generator=torch.Generator().manual_seed(0))
+    chosen = targets != PAD_ID
+    real = tokens != PAD_ID
+    assert not chosen[~real].any()  # padding is never chosen
+    assert abs(chosen.sum().item() / real.sum().item() - 0.15) < 0.005
+    assert torch.equal(targets[chosen], tokens[chosen]) and torch.equal(inputs[~chosen], tokens[~chosen])
+    n = chosen.sum().item()
+    as_mask = (inputs[chosen] == 5).sum().item() / n
+    kept = (inputs[chosen] == tokens[chosen]).sum().item() / n  # kept, or a random draw of the same id (rare)
+    assert abs(as_mask - 0.8) < 0.01 and abs(kept - 0.1) < 0.01 and abs(1 - as_mask - kept - 0.1) < 0.01
+
+
+def write_data(directory, n=200):
+    """A separable task: label 1 iff the text holds the word 'good'."""
+    lines = {"train": [], "dev": []}
+    fillers = "the a film plot actor scene story music".split()
+    for i in range(n):
+        words = [fillers[(i * 7 + j) % len(fillers)] for j in range(3 + i % 4)]
+        label = i % 2
+        words.insert(i % len(words), "good" if label else "bad")
+        lines["train" if i % 5 else "dev"].append(f"{' '.join(words)}\t{label}")
+    for split, rows in lines.items():
+        (directory / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+
+
+def test_a_classifier_learns_a_separable_task_from_an_mlm_start(tmp_path, capsys):
+    write_data(tmp_path)
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[train]\nmax_updates = 150\n")
+    common = ["--set", 'model.type="encoder-only"', "--set", "model.d_model=32", "--set", "model.n_heads=2",
+              "--set", "model.n_layers=2", "--set", "model.d_ff=64", "--set", "model.dropout=0.0",
+              "--set", f'data.corpus="{tmp_path}"', "--set", 'data.valid_split="dev"', "--set", 'data.vocab_type="symbols"',
+              "--set", "data.max_tokens=400", "--set", "optim.warmup_steps=10", "--set", "train.progress=false",
+              "--set", "optim.label_smoothing=0.0", "--set", "optim.lr_factor=0.2"]
+    assert main(["train", str(recipe), "--set", 'task="mlm"', "--run-dir", str(tmp_path / "mlm"), *common,
+                 "--set", "train.max_updates=20"]) == 0
+    capsys.readouterr()
+    assert main(["train", str(recipe), "--set", 'task="classify"', "--run-dir", str(tmp_path / "cls"), *common,
+                 "--set", f'train.init_from="{tmp_path / "mlm" / "model"}"',
+                 "--set", f'data.tokenizer="{tmp_path / "mlm" / "model"}"']) == 0
+    model = str(tmp_path / "cls" / "model")
+    texts = ["the good film", "a bad plot", "music story good actor", "bad"]
+    assert [label for label, _ in Classifier.from_pretrained(model).classify(texts)] == ["1", "0", "1", "0"]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n")
+    capsys.readouterr()
+    assert main(["classify", "--model", model, "-i", str(tmp_path / "in.txt")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[0] for line in out] == ["1", "0", "1", "0"] and all(float(l.split("\t")[1]) > 0.5 for l in out)
