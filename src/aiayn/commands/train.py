@@ -96,12 +96,14 @@ def _test(cfg, evaluate_test) -> None:
         test = evaluate_test(cfg, progress=bar.update)
     if test is not None:
         scores = test.get("detail") or json.dumps({k: v for k, v in test.items() if k not in _TEST_META})
-        print(f"test {test['split']} (beam {test['beam_size']}, alpha {test['length_penalty']}): {scores}\n"
+        search = f" (beam {test['beam_size']}, alpha {test['length_penalty']})" if test.get("beam_size") else ""
+        print(f"test {test['split']}{search}: {scores}\n"
               f"  signature: {test['signature']}\n  evaluation time: {test['seconds'] / 60:.1f} min\n"
               f"  all scores: {Path(cfg.train.run_dir) / 'test_scores.json'}")
 
 
-_TEST_META = frozenset({"split", "beam_size", "length_penalty", "n_sentences", "seconds", "signature", "detail"})
+_TEST_META = frozenset({"split", "beam_size", "length_penalty", "n_sentences", "n_examples", "seconds", "signature",
+                        "detail"})
 
 
 def _is_main() -> bool:

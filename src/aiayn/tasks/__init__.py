@@ -15,8 +15,9 @@ from aiayn.tasks.lm import LMTask
 from aiayn.tasks.qa import QATask
 from aiayn.tasks.summarization import SummarizationTask
 from aiayn.tasks.translation import TranslationTask
+from aiayn.tasks.vision import ImageClassifyTask
 
-TASKS: Mapping[str, type] = MappingProxyType({t.name: t for t in (TranslationTask, SummarizationTask, QATask, LMTask, ClassifyTask, MLMTask)})
+TASKS: Mapping[str, type] = MappingProxyType({t.name: t for t in (TranslationTask, SummarizationTask, QATask, LMTask, ClassifyTask, MLMTask, ImageClassifyTask)})
 DEFAULT_TASK = TranslationTask.name
 
 
@@ -27,4 +28,4 @@ def build_task(cfg) -> Task:
     return TASKS[cfg.task](cfg)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "SummarizationTask", "QATask", "LMTask", "ClassifyTask", "MLMTask", "build_task"]
+__all__ = ["TASKS", "DEFAULT_TASK", "Task", "TranslationTask", "SummarizationTask", "QATask", "LMTask", "ClassifyTask", "MLMTask", "ImageClassifyTask", "build_task"]

@@ -121,15 +121,27 @@ class ClassifyTask:
         texts, labels = self.read(data.train_split)
         self.labels = sorted(set(labels))
         self.tokenizers = self._tokenizers(run_dir, dist, fresh, texts)
-        for split in filter(None, (data.train_split, data.valid_split, data.test_split)):
-            split_texts, split_labels = (texts, labels) if split == data.train_split else self.read(split)
-            unknown = sorted(set(split_labels) - set(self.labels))
-            if unknown:
-                raise CorpusError(f"{data.corpus} split {split!r}: labels {unknown} never occur in training")
-            ids = [s[: data.max_length] for s in self.tokenizers.src.encode_batch(split_texts)]
-            self.splits[split] = (ids, [self.labels.index(y) for y in split_labels])
+        self.splits[data.train_split] = self.encode(data.train_split, texts, labels)
+        for split in filter(None, (data.valid_split, data.test_split)):
+            self.splits[split] = self.encode(split, *self.read(split))
         log.info("data ready in %.1f s: %d training texts, labels %s", time.monotonic() - t,
                  len(self.splits[data.train_split][0]), self.labels)
+
+    def encode(self, split: str, texts: list[str], labels: list[str]) -> tuple[list[list[int]], list[int]]:
+        """(token ids cut to data.max_length, label indices) of one split's texts."""
+        unknown = sorted(set(labels) - set(self.labels))
+        if unknown:
+            raise CorpusError(f"{self.data.corpus} split {split!r}: labels {unknown} never occur in training")
+        ids = [s[: self.data.max_length] for s in self.tokenizers.src.encode_batch(texts)]
+        return ids, [self.labels.index(y) for y in labels]
+
+    def restore(self, model_dir: Path) -> None:
+        """Labels and vocabulary from a finished model directory, and the test split (for `test`)."""
+        from aiayn.tasks.seq2seq import read_task_info
+
+        self.labels = read_task_info(model_dir)["labels"]
+        self.tokenizers = load_tokenizers(model_dir)
+        self.splits[self.data.test_split] = self.encode(self.data.test_split, *self.read(self.data.test_split))
 
     def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool, texts: list[str]) -> TokenizerPair:
         if self.data.tokenizer:
@@ -209,10 +221,12 @@ class ClassifyTask:
         from aiayn.models import load_model
 
         t = time.monotonic()
+        if self.data.test_split not in self.splits:
+            self.restore(Path(model_dir))
         acc = self.accuracy(load_model(model_dir, device=device), self.data.test_split)
         result = {"split": self.data.test_split, "accuracy": acc, "signature": "accuracy %, argmax of the [CLS] head",
                   "n_examples": len(self.splits[self.data.test_split][1]), "seconds": time.monotonic() - t,
-                  "beam_size": 0, "length_penalty": 0.0, "detail": f"accuracy {acc:.2f}%"}
+                  "detail": f"accuracy {acc:.2f}%"}
         with atomic_write(Path(model_dir).parent / "test_scores.json") as tmp:
             tmp.write_text(json.dumps(result, indent=2) + "\n")
         return result

@@ -115,6 +115,7 @@ class DataConfig:
     reference_fields: tuple[str, ...] = ()  # more references for scoring (the score is the max over them)
     max_source_length: int = 0  # > 0: longer sources are truncated to this many tokens (counted), not dropped
     valid_fraction: float = 0.0  # > 0: valid_split is carved from the training files (seeded, by story)
+    patch_size: int = 2  # image-classify: the side of the square patches (ViT)
     # synthetic task only
     task: str = "reverse"
     n_train: int = 20000
