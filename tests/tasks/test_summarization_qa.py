@@ -87,7 +87,7 @@ def test_the_carved_validation_split_is_whole_stories_disjoint_and_stable(tmp_pa
     assert len([g for g in valid.groups if g == 1]) == len(expected)
     again = babi_task(tmp_path).examples("valid")
     assert again.src == valid.src  # the same split every time: a hash, not a draw
-    assert valid.src[0].endswith(f" {SEP} Where is {valid.src[0].split(' ')[0]}?")
+    assert valid.src[0].endswith(f" {SEP} Where is {valid.src[0].split(' ')[0]} ?")
 
 
 def test_a_glob_that_matches_nothing_is_an_error(tmp_path):

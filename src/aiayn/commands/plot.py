@@ -27,8 +27,9 @@ def add_arguments(p) -> None:
     a = parsers["attention"]
     a.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer.json)")
     a.add_argument("--sentence", required=True, help="source sentence to translate (greedy) and draw")
-    a.add_argument("--part", choices=("cross", "encoder", "decoder", "all"), default="cross",
-                   help="which attention: encoder self, decoder masked self, cross, or all three (default cross)")
+    a.add_argument("--part", choices=("cross", "encoder", "decoder", "all"),
+                   help="which attention: encoder self, decoder masked self, cross, or all (default: cross; for a "
+                        "decoder-only or encoder-only model its self-attention over the sentence, nothing generated)")
     a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
     a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default {DecodeConfig().max_len_b}, §6.1)")

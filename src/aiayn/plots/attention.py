@@ -131,6 +131,8 @@ def attention_for_sentence(
 
     model = load_model(model_dir, device=device)
     tokenizers = load_tokenizers(model_dir)
+    if model.model_type in ONE_STACK:
+        return self_attention_maps(model, tokenizers.src, sentence)
     ids = encode_source(tokenizers.src, sentence)  # ids + EOS, as in training
     if len(ids) < 2:
         raise ValueError("the sentence to translate is empty")
@@ -140,6 +142,37 @@ def attention_for_sentence(
         tokenizers.src.pieces(maps.src_ids), tokenizers.tgt.pieces([BOS_ID, *maps.out_ids[:-1]]),
         tokenizers.tgt.pieces(maps.out_ids),
     )
+
+
+ONE_STACK = MappingProxyType({"decoder-only": "decoder", "encoder-only": "encoder"})  # model type -> its part
+
+
+@torch.inference_mode()
+def self_attention_maps(model, tokenizer, text: str) -> AttentionMaps:
+    """The self-attention of a one-stack model over `text`: causal for the decoder-only model (GPT),
+    bidirectional with [CLS] first for the encoder-only one (BERT). Nothing is generated."""
+    from aiayn.models.encoder_only import CLS_ID
+
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise ValueError("the text is empty")
+    was_training = model.training
+    model.eval()
+    try:
+        weights = _stack(model.attention(torch.tensor([ids], device=next(model.parameters()).device)))
+    finally:
+        model.train(was_training)
+    part = ONE_STACK[model.model_type]
+    labels = tokenizer.pieces(ids) if part == "decoder" else ["[CLS]", *tokenizer.pieces(ids)]
+    ids = ids if part == "decoder" else [CLS_ID, *ids]
+    empty = _stack([])
+    return AttentionMaps(ids, [], weights if part == "encoder" else empty, weights if part == "decoder" else empty,
+                         empty, labels, labels, labels)
+
+
+def default_part(maps: AttentionMaps) -> str:
+    """Cross-attention when the model has it, else its one self-attention."""
+    return next(p for p in ("cross", "encoder", "decoder") if getattr(maps, p).shape[0])
 
 
 # -- drawing ---------------------------------------------------------------------------------
@@ -167,15 +200,17 @@ def _pick_layer(n_layers: int, layer: int | None) -> int:
 
 
 def plot_attention(
-    maps: AttentionMaps, part: str = "cross", layer: int | None = None, head: int | None = None,
+    maps: AttentionMaps, part: str | None = None, layer: int | None = None, head: int | None = None,
     size: tuple[int, int] = DEFAULT_SIZE,
 ):
-    """Heatmaps of one part ('encoder', 'decoder', 'cross' or 'all') at one layer (default: last).
+    """Heatmaps of one part ('encoder', 'decoder', 'cross' or 'all'; default: `default_part`) at one
+    layer (default: the last).
 
     With `head` one heatmap per part; without, a grid of all heads. Returns (figure, arrays)
     where arrays holds the drawn weights and their axis labels.
     """
-    parts = PARTS if part == "all" else (part,)
+    part = part or default_part(maps)
+    parts = tuple(p for p in PARTS if getattr(maps, p).shape[0]) if part == "all" else (part,)
     weights = {p: maps.part(p) for p in parts}
     layers = {p: _pick_layer(w.shape[0], layer) for p, w in weights.items()}
     n_heads = weights[parts[0]].shape[1]
@@ -210,7 +245,7 @@ def plot_attention(
 
 
 def save_attention_plot(
-    model_dir: str | Path, sentence: str, path: str | Path, part: str = "cross",
+    model_dir: str | Path, sentence: str, path: str | Path, part: str | None = None,
     layer: int | None = None, head: int | None = None, size: tuple[int, int] = DEFAULT_SIZE,
     max_len_a: float | None = None, max_len_b: int | None = None,
 ) -> Path:
