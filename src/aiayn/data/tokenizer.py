@@ -218,14 +218,18 @@ class SymbolTokenizer(Tokenizer):
     def __init__(self, symbols: Sequence[str], source: str = "<symbols>") -> None:
         symbols = list(symbols)
         for s in symbols:
-            if not isinstance(s, str) or not s or s != "".join(s.split()):
-                raise TokenizerError(f"{source}: symbol {s!r} is empty or contains whitespace")
-            if s in SPECIAL_PIECES.values():
-                raise TokenizerError(f"{source}: symbol {s!r} clashes with a special token")
+            self._check_symbol(s, source)
         if len(set(symbols)) != len(symbols):
             raise TokenizerError(f"{source}: duplicate symbols")
         self.symbols = symbols
         self._ids = {s: i + N_SPECIALS for i, s in enumerate(symbols)}
+
+    @staticmethod
+    def _check_symbol(s, source: str) -> None:
+        if not isinstance(s, str) or not s or s != "".join(s.split()):
+            raise TokenizerError(f"{source}: symbol {s!r} is empty or contains whitespace")
+        if s in SPECIAL_PIECES.values():
+            raise TokenizerError(f"{source}: symbol {s!r} clashes with a special token")
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = "<bytes>") -> "SymbolTokenizer":
@@ -262,14 +266,10 @@ class CharTokenizer(SymbolTokenizer):
     kind = "chars"
     suffix = ".chars.json"
 
-    def __init__(self, symbols: Sequence[str], source: str = "<chars>") -> None:
-        symbols = list(symbols)
-        if any(not isinstance(c, str) or len(c) != 1 for c in symbols):
-            raise TokenizerError(f"{source}: every symbol must be one character")
-        if len(set(symbols)) != len(symbols):
-            raise TokenizerError(f"{source}: duplicate characters")
-        self.symbols = symbols
-        self._ids = {c: i + N_SPECIALS for i, c in enumerate(symbols)}
+    @staticmethod
+    def _check_symbol(c, source: str) -> None:
+        if not isinstance(c, str) or len(c) != 1:
+            raise TokenizerError(f"{source}: every symbol must be one character, got {c!r}")
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":

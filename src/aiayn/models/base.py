@@ -7,6 +7,7 @@ A model type plugs in by subclassing `PretrainedModel`, setting `model_type` and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, ClassVar
@@ -14,10 +15,35 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from aiayn.config import ConfigError, check_types, known_fields
 from aiayn.io import atomic_write
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 MODEL_TYPE_KEY = "model_type"
+
+
+class ModelConfig:
+    """What every frozen model config (a dataclass) shares: config.json round trips with their
+    types checked, the width the learning-rate schedule scales with, and size checks."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Any:
+        known = known_fields(cls, dict(data), "model config")
+        check_types(cls, known)
+        return cls(**known)
+
+    @property
+    def width(self) -> int:
+        """The width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
+        return self.d_model
+
+    def check_positive(self, *names: str) -> None:
+        for name in names:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
 
 
 class PretrainedModel(nn.Module):

@@ -17,23 +17,21 @@ Shape: tokens (B, T) ids -> logits (B, T, V).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, ConfigError, check_types, known_fields
-from aiayn.models.base import PretrainedModel
+from aiayn.config import PAD_ID, ConfigError
+from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from aiayn.modules.layers import DecoderLayer
 
 
 @dataclass(frozen=True)
-class DecoderOnlyConfig:
+class DecoderOnlyConfig(ModelConfig):
     """A GPT-style language model. The defaults are nanoGPT's CPU example (4 layers, 4 heads, 128
     dims, block 64): small enough to train on a laptop."""
 
@@ -54,27 +52,12 @@ class DecoderOnlyConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        self.check_positive("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.positional not in ("learned", "sinusoidal"):
             raise ConfigError(f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}")
 
-    @property
-    def width(self) -> int:
-        """The width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
-        return self.d_model
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DecoderOnlyConfig":
-        known = known_fields(cls, dict(data), "model config")
-        check_types(cls, known)
-        return cls(**known)
 
 
 @dataclass

@@ -21,16 +21,14 @@ Shape: tokens (B, T) ids, PAD on the right | patches (B, N, patch_dim) floats
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import BOS_ID, PAD_ID, ConfigError, check_types, known_fields
-from aiayn.models.base import PretrainedModel
+from aiayn.config import BOS_ID, PAD_ID, ConfigError
+from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from aiayn.modules.layers import EncoderLayer
@@ -39,7 +37,7 @@ CLS_ID = BOS_ID  # the [CLS] position's token: BOS, which no tokenized text cont
 
 
 @dataclass(frozen=True)
-class EncoderOnlyConfig:
+class EncoderOnlyConfig(ModelConfig):
     """BERT or ViT. `n_classes` > 0 adds the classifier head; `input` picks tokens or patches."""
 
     vocab_size: int = 8000  # tokens only
@@ -60,9 +58,7 @@ class EncoderOnlyConfig:
     layer_norm_eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "n_heads", "n_layers", "d_ff", "max_positions"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        self.check_positive("d_model", "n_heads", "n_layers", "d_ff", "max_positions")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.input not in ("tokens", "patches"):
@@ -72,19 +68,6 @@ class EncoderOnlyConfig:
         if self.n_classes < 0:
             raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
 
-    @property
-    def width(self) -> int:
-        """The width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
-        return self.d_model
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EncoderOnlyConfig":
-        known = known_fields(cls, dict(data), "model config")
-        check_types(cls, known)
-        return cls(**known)
 
 
 class EncoderOnly(PretrainedModel):

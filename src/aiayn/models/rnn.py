@@ -19,7 +19,6 @@ so greedy, beam and sampling decode it unchanged.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,15 +26,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, UNK_ID, ConfigError, known_fields, check_types
-from aiayn.models.base import PretrainedModel
+from aiayn.config import PAD_ID, UNK_ID, ConfigError
+from aiayn.models.base import ModelConfig, PretrainedModel
 
 CELLS = ("gru", "lstm")
 SCORES = ("additive", "dot", "general", "concat")
 
 
 @dataclass(frozen=True)
-class RNNConfig:
+class RNNConfig(ModelConfig):
     """The recurrent encoder-decoder's hyper-parameters (not the paper's: its baselines')."""
 
     src_vocab_size: int = 8000
@@ -53,10 +52,8 @@ class RNNConfig:
     def __post_init__(self) -> None:
         if self.tgt_vocab_size is None:
             object.__setattr__(self, "tgt_vocab_size", self.src_vocab_size)
-        for name in ("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_size", "encoder_layers",
-                     "decoder_layers", "max_positions"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
+        self.check_positive("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_size", "encoder_layers",
+                            "decoder_layers", "max_positions")
         if min(self.src_vocab_size, self.tgt_vocab_size) <= UNK_ID:
             raise ConfigError(f"both vocabularies must hold the {UNK_ID + 1} special ids")
         if self.cell not in CELLS or self.score not in SCORES:
@@ -68,15 +65,6 @@ class RNNConfig:
     def width(self) -> int:
         """The width the learning-rate schedule scales with (the "noam" schedule's d_model)."""
         return self.hidden_size
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RNNConfig":
-        known = known_fields(cls, data, "rnn config")
-        check_types(cls, known)
-        return cls(**known)
 
 
 class Score(nn.Module):
