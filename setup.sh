@@ -6,4 +6,4 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 # Pin torch first: an open range with no torch installed would pull gigabytes of CUDA wheels.
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,vision]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,vision,serve]"

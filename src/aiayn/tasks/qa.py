@@ -61,6 +61,10 @@ class QATask(Seq2SeqTask):
     keep = "end"
     user_symbols = (SEP,)
 
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self._parsed: dict[Path, list] = {}  # bAbI file -> its questions
+
     def examples(self, split: str) -> Examples:
         data = self.data
         if data.format == "babi":
@@ -85,7 +89,9 @@ class QATask(Seq2SeqTask):
         pattern = data.train_split if carve and split == data.valid_split else split
         src, refs, groups = [], [], []
         for path in babi_files(data.corpus, pattern):
-            for ex in read_babi(path):
+            if path not in self._parsed:  # each split reads the same files: parse them once
+                self._parsed[path] = read_babi(path)
+            for ex in self._parsed[path]:
                 if carve and carved(path.name, ex.story, data.valid_fraction) != (split == data.valid_split):
                     continue
                 src.append(qa_source(" ".join(ex.context), ex.question))

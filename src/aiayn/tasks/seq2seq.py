@@ -112,6 +112,10 @@ class Seq2SeqTask:
         """What the test evaluation writes; by default the validation metrics."""
         return self.scores(hyps, examples)
 
+    def task_info(self) -> dict:
+        """More for task.json (the translation task: its language pair, which a server announces)."""
+        return {}
+
     def valid_subset(self, examples: Examples, n: int) -> Examples:
         """The validation examples decoded at each validation (`data.valid_max_sentences`): the first n."""
         return examples.head(n)
@@ -241,7 +245,8 @@ class Seq2SeqTask:
     def save_extras(self, model_dir: Path) -> None:
         """The tokenizers and task.json: the task, how its sources are truncated, its decoding defaults."""
         save_tokenizers(self.tokenizers, model_dir)
-        info = {"task": self.name, "decode": dataclasses.asdict(self.cfg.decode), **self.inference_options()}
+        info = {"task": self.name, "decode": dataclasses.asdict(self.cfg.decode), **self.inference_options(),
+                **self.task_info()}
         with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
             tmp.write_text(json.dumps(info, indent=2) + "\n")
 
@@ -293,15 +298,25 @@ class TaskPipeline:
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs):
         """Load a model directory written by `aiayn train` for this task. `kwargs` go to `Translator`
         (decode, sampling, max_input_tokens, batch_tokens) and win over task.json."""
-        from aiayn.config import DecodeConfig
         from aiayn.decoding.translator import Translator
 
         info = read_task_info(model_dir)
         found = info.get("task", "translation")
         if found != cls.task:
             raise ValueError(f"{model_dir}: a {found} model (task.json), not a {cls.task} model")
-        options = {"keep": info.get("keep", "start"), "max_input_tokens": info.get("max_input_tokens")}
-        if "decode" in info:
-            options["decode"] = DecodeConfig(**info["decode"])
-        options.update({k: v for k, v in kwargs.items() if v is not None})
+        options = {**translator_options(info), **{k: v for k, v in kwargs.items() if v is not None}}
         return cls(Translator.from_pretrained(model_dir, device=device, **options))
+
+
+def translator_options(info: dict) -> dict:
+    """`Translator` options from a model directory's task.json: its decoding defaults and how its
+    sources are cut ({} for a directory without task.json: the Translator's defaults)."""
+    from aiayn.config import DecodeConfig
+
+    options = {"keep": info.get("keep", "start"), "max_input_tokens": info.get("max_input_tokens")}
+    if "decode" in info:
+        try:
+            options["decode"] = DecodeConfig(**info["decode"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{TASK_FILE}: bad decode settings ({e})") from None
+    return options

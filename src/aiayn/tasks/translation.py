@@ -42,6 +42,9 @@ class TranslationTask(Seq2SeqTask):
 
             resolve_source(data.corpus, data.test_split, (data.src_lang, data.tgt_lang), data.data_dir or None)
 
+    def task_info(self) -> dict:
+        return {"languages": [self.data.src_lang, self.data.tgt_lang]}
+
     def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
         from aiayn import metrics
 

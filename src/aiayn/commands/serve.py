@@ -1,0 +1,42 @@
+"""`aiayn serve MODEL_DIR`: the model behind HTTP, batched across requests, with a web page at /."""
+
+from __future__ import annotations
+
+from aiayn.runtime import DEVICES_HELP
+from aiayn.serve.app import ServeLimits
+from aiayn.serve.batcher import BatchConfig
+from aiayn.training.config import RunConfig
+
+HELP = "serve a model directory over HTTP (LibreTranslate-compatible /translate, /v1/..., a web page at /)"
+
+_B, _L = BatchConfig(), ServeLimits()
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model", help="model directory written by `aiayn train` (translation, summarization or qa)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
+    p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
+    p.add_argument("--max-batch", type=int, default=_B.max_batch, help=f"texts decoded together (default: {_B.max_batch})")
+    p.add_argument("--max-wait-ms", type=float, default=_B.max_wait_ms,
+                   help=f"how long a request waits for others to batch with (default: {_B.max_wait_ms:g})")
+    p.add_argument("--max-queue", type=int, default=_B.max_queue,
+                   help=f"waiting requests before answering 503 (default: {_B.max_queue})")
+    p.add_argument("--timeout", type=float, default=_B.timeout_s, help=f"seconds per request (default: {_B.timeout_s:g})")
+    p.add_argument("--max-chars", type=int, default=_L.max_chars, help=f"characters per text (default: {_L.max_chars})")
+    p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+
+
+def run(args) -> int:
+    try:
+        from aiayn.serve.app import serve
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise ImportError("aiayn serve needs the serve extra: pip install 'aiayn[serve]'") from None
+    from aiayn.runtime import resolve_device
+
+    batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout)
+    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key)
+    serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits)
+    return 0

@@ -1,0 +1,203 @@
+"""Dynamic batching: requests that arrive together are decoded together.
+
+Requests wait in one bounded queue. One worker thread owns the model: it takes the oldest
+request, then keeps taking requests with the same decoding options until it holds
+`max_batch` texts or `max_wait_ms` have passed since the first, decodes them in one call, and
+hands each request its own outputs. The event loop only enqueues and awaits, so it never blocks
+on the model.
+
+    full queue   `QueueFull` at once (the server answers 503 with Retry-After): memory stays bounded
+    timeout      a request that waits longer than `timeout_s` gets `asyncio.TimeoutError` (504);
+                 if it is still queued it is dropped, so no work is done for nobody
+    failure      a batch that raises is retried one request at a time, so one bad request
+                 fails alone and never the others batched with it
+    shutdown     `close()` stops taking requests and lets the worker finish what is queued
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Sequence
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The queue holds `max_queue` requests already."""
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    max_batch: int = 32  # texts decoded together
+    max_wait_ms: float = 10.0  # how long the first request of a batch waits for company
+    max_queue: int = 256  # requests waiting; beyond this, 503
+    timeout_s: float = 60.0  # per request, queueing included
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_queue < 1 or self.max_wait_ms < 0 or self.timeout_s <= 0:
+            raise ValueError(f"invalid batching settings: {self}")
+
+
+@dataclass
+class _Request:
+    texts: list[str]
+    options: Hashable  # requests batch together only when these are equal
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued: float = field(default_factory=time.monotonic)
+    cancelled: bool = False
+
+
+class Stats:
+    """Counters for /metrics: requests, errors, batch sizes, latencies (the last 10,000)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = self.texts = self.rejected = self.timeouts = self.errors = self.batches = 0
+        self.batch_sizes: collections.Counter = collections.Counter()
+        self.latencies: collections.deque = collections.deque(maxlen=10_000)
+
+    def snapshot(self, queue_length: int) -> dict[str, Any]:
+        with self.lock:
+            ordered = sorted(self.latencies)
+            pct = lambda q: round(1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2) if ordered else None  # noqa: E731
+            return {"requests": self.requests, "texts": self.texts, "rejected_queue_full": self.rejected,
+                    "timeouts": self.timeouts, "errors": self.errors, "batches": self.batches,
+                    "batch_sizes": dict(sorted(self.batch_sizes.items())), "queue_length": queue_length,
+                    "latency_ms": {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)}}
+
+
+class DynamicBatcher:
+    """`await batcher.submit(texts, options)` -> `run(texts, options)`'s outputs for these texts.
+
+    `run(texts, options) -> list` is called in the worker thread with the texts of one or more
+    requests (in order) and must return one output per text.
+    """
+
+    def __init__(self, run: Callable[[list[str], Any], Sequence[Any]], config: BatchConfig = BatchConfig()):
+        self.run, self.config = run, config
+        self.queue: collections.deque[_Request] = collections.deque()
+        self.cond = threading.Condition()
+        self.stats = Stats()
+        self.closed = False
+        self.worker = threading.Thread(target=self._work, name="aiayn-batcher", daemon=True)
+        self.worker.start()
+
+    async def submit(self, texts: list[str], options: Hashable = None) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        request = _Request(list(texts), options, loop.create_future(), loop)
+        with self.cond:
+            if self.closed:
+                raise QueueFull("the server is shutting down")
+            if len(self.queue) >= self.config.max_queue:
+                with self.stats.lock:
+                    self.stats.rejected += 1
+                raise QueueFull(f"{len(self.queue)} requests are waiting")
+            self.queue.append(request)
+            self.cond.notify()
+        try:
+            return await asyncio.wait_for(asyncio.shield(request.future), self.config.timeout_s)
+        except asyncio.TimeoutError:
+            request.cancelled = True  # still queued: the worker skips it
+            with self.stats.lock:
+                self.stats.timeouts += 1
+            raise
+        finally:
+            with self.stats.lock:
+                self.stats.requests += 1
+                self.stats.texts += len(request.texts)
+                self.stats.latencies.append(time.monotonic() - request.enqueued)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.queue)
+
+    def close(self, wait_s: float = 30.0) -> None:
+        """Take no more requests; the worker finishes the queued ones, then stops."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self.worker.join(wait_s)
+
+    # -- the worker thread ----------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._decode(batch)
+
+    def _next_batch(self) -> list[_Request] | None:
+        """The oldest live request and the same-option requests that join it within max_wait_ms."""
+        with self.cond:
+            while True:
+                while self.queue and self.queue[0].cancelled:
+                    self.queue.popleft()
+                if self.queue:
+                    break
+                if self.closed:
+                    return None
+                self.cond.wait()
+            first = self.queue.popleft()
+            batch, n = [first], len(first.texts)
+            deadline = first.enqueued + self.config.max_wait_ms / 1000
+            while n < self.config.max_batch:
+                joined = self._take_matching(first.options, self.config.max_batch - n)
+                if joined is not None:
+                    batch.append(joined)
+                    n += len(joined.texts)
+                    continue
+                left = deadline - time.monotonic()
+                if left <= 0 or self.closed:
+                    break
+                self.cond.wait(left)
+            return batch
+
+    def _take_matching(self, options: Hashable, room: int) -> _Request | None:
+        for i, r in enumerate(self.queue):
+            if not r.cancelled and r.options == options and len(r.texts) <= room:
+                del self.queue[i]
+                return r
+        return None
+
+    def _decode(self, batch: list[_Request]) -> None:
+        texts = [t for r in batch for t in r.texts]
+        with self.stats.lock:
+            self.stats.batches += 1
+            self.stats.batch_sizes[len(texts)] += 1
+        try:
+            outputs = list(self.run(texts, batch[0].options))
+        except Exception:  # noqa: BLE001  one request's bad input must not fail the others: retry alone
+            if len(batch) > 1:
+                for r in batch:
+                    self._decode([r])
+                return
+            log.exception("decoding failed")
+            with self.stats.lock:
+                self.stats.errors += 1
+            _deliver(batch[0], error=RuntimeError("decoding failed"))
+            return
+        start = 0
+        for r in batch:
+            _deliver(r, result=outputs[start:start + len(r.texts)])
+            start += len(r.texts)
+
+
+def _deliver(request: _Request, result: Any = None, error: BaseException | None = None) -> None:
+    def settle() -> None:
+        if request.future.done():
+            return
+        if error is not None:
+            request.future.set_exception(error)
+        else:
+            request.future.set_result(result)
+
+    try:
+        request.loop.call_soon_threadsafe(settle)
+    except RuntimeError:  # its event loop has closed: nobody waits for this answer any more
+        pass

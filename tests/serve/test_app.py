@@ -1,0 +1,142 @@
+"""`aiayn serve`: the LibreTranslate API in its three request styles, the native API with attention,
+every bad input as a clear 4xx, operations endpoints, and deep-translator as a real client."""
+
+import dataclasses
+import json
+import socket
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from aiayn.config import DecodeConfig, TransformerConfig  # noqa: E402
+from aiayn.data.synthetic import symbols  # noqa: E402
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers  # noqa: E402
+from aiayn.models import Transformer  # noqa: E402
+from aiayn.serve.app import ServeLimits, create_app  # noqa: E402
+from aiayn.serve.batcher import BatchConfig  # noqa: E402
+
+SENTENCE = "a b c d"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny translation model directory announcing the pair de -> en."""
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("model")
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=14)).save_pretrained(directory)
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(symbols(10))), directory)
+    decode = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=6))
+    (directory / "task.json").write_text(json.dumps({"task": "translation", "languages": ["de", "en"],
+                                                     "decode": decode}))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def client(model_dir):
+    with TestClient(create_app(model_dir, batching=BatchConfig(max_wait_ms=5),
+                               limits=ServeLimits(max_chars=40, max_texts=4))) as c:
+        yield c
+
+
+def expected(model_dir, text=SENTENCE):
+    from aiayn.decoding.translator import Translator
+
+    return Translator.from_pretrained(model_dir).translate([text], method="greedy", max_len_a=0.0, max_len_b=6)[0]
+
+
+def test_libretranslate_json_form_and_query(client, model_dir):
+    want = expected(model_dir)
+    as_json = client.post("/translate", json={"q": SENTENCE, "source": "de", "target": "en", "format": "text"})
+    as_form = client.post("/translate", data={"q": SENTENCE, "source": "de", "target": "en", "api_key": "x"})
+    as_query = client.post("/translate", params={"q": SENTENCE, "source": "de", "target": "en", "api_key": "x"})
+    for response in (as_json, as_form, as_query):
+        assert response.status_code == 200, response.text
+        assert response.json() == {"translatedText": want}
+    listed = client.post("/translate", json={"q": [SENTENCE, "c c"], "source": "de", "target": "en"})
+    assert listed.json() == {"translatedText": [want, expected(model_dir, "c c")]}
+    assert client.get("/languages").json() == [{"code": "de", "name": "de", "targets": ["en"]}]
+
+
+def test_native_api_with_scores_and_attention(client):
+    body = client.post("/v1/translate", json={"text": [SENTENCE], "beam_size": 2, "nbest": 2,
+                                              "return_attention": True}).json()
+    result = body["translations"][0]
+    assert len(result["hypotheses"]) == 2 and result["text"] == result["hypotheses"][0]["text"]
+    attention = result["attention"]
+    weights = torch.tensor(attention["weights"])  # (L, H, T, S)
+    assert weights.shape[:2] == (2, 2) and weights.shape[3] == len(attention["source"]) == 5  # 4 symbols + EOS
+    assert weights.shape[2] == len(attention["target"])
+    assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-3)
+
+
+@pytest.mark.parametrize("request_kwargs,status,message", [
+    ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, "malformed JSON"),
+    ({"json": {"q": 5, "source": "de", "target": "en"}}, 422, "q must be"),
+    ({"json": {"q": "   ", "source": "de", "target": "en"}}, 422, "q is empty"),
+    ({"json": {"q": "a " * 30}}, 413, "characters; at most 40"),
+    ({"json": {"q": ["a"] * 5}}, 413, "at most 4"),
+    ({"json": {"source": "de"}}, 422, "missing field q"),
+    ({"json": {"q": "a", "source": "fr", "target": "en"}}, 400, "de -> en"),
+])
+def test_bad_libretranslate_requests(client, request_kwargs, status, message):
+    response = client.post("/translate", **request_kwargs)
+    assert response.status_code == status and message in response.json()["error"]
+
+
+@pytest.mark.parametrize("body,status", [
+    ({"text": [SENTENCE], "beam_size": 10_000}, 422),
+    ({"text": [SENTENCE], "temperature": 0.5}, 422),  # not a whitelisted field
+    ({"text": []}, 422),
+    ({"text": ["x" * 41]}, 413),
+    ({"text": "not a list"}, 422),
+])
+def test_bad_native_requests(client, body, status):
+    assert client.post("/v1/translate", json=body).status_code == status
+
+
+def test_api_key_and_operations(model_dir):
+    with TestClient(create_app(model_dir, limits=ServeLimits(api_key="secret"))) as c:
+        assert c.post("/translate", json={"q": SENTENCE, "api_key": "wrong"}).status_code == 403
+        assert c.post("/translate", json={"q": SENTENCE, "api_key": "secret"}).status_code == 200
+        assert c.get("/health").json()["status"] == "ok"
+        metrics = c.get("/metrics").json()
+        assert metrics["requests"] == 1 and metrics["queue_length"] == 0 and metrics["latency_ms"]["p50"] is not None
+        page = c.get("/")
+        assert page.status_code == 200 and "heatmap" in page.text and "http" not in page.text.split("<script>")[1]
+        assert c.get("/openapi.json").status_code == 200
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_deep_translator_libretranslator_works_unchanged(model_dir):
+    """A real LibreTranslate client over a real socket: it sends its fields as query parameters
+    on a POST, always with an api_key, which a server without --api-key ignores."""
+    pytest.importorskip("deep_translator", reason="the test extra installs deep-translator")
+    import uvicorn
+    from deep_translator import LibreTranslator
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(model_dir), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(100):
+            if server.started:
+                break
+            time.sleep(0.05)
+        translator = LibreTranslator(source="de", target="en", api_key="anything", custom_url=f"http://127.0.0.1:{port}/")
+        assert translator.translate(SENTENCE) == expected(model_dir)
+    finally:
+        server.should_exit = True
+        thread.join(10)
