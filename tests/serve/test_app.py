@@ -74,6 +74,10 @@ def test_native_api_with_scores_and_attention(client):
     assert weights.shape[:2] == (2, 2) and weights.shape[3] == len(attention["source"]) == 5  # 4 symbols + EOS
     assert weights.shape[2] == len(attention["target"])
     assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-3)
+    greedy = client.post("/v1/translate", json={"text": [SENTENCE], "method": "greedy", "return_attention": True}).json()
+    result = greedy["translations"][0]
+    assert result["hypotheses"] == [{"text": result["text"], "score": None}]
+    assert len(result["attention"]["target"]) == len(result["text"].split()) + 1  # the pieces of the output + EOS
 
 
 @pytest.mark.parametrize("request_kwargs,status,message", [

@@ -113,7 +113,8 @@ class ModelService:
         results = self.translator.translate(texts, nbest=nbest, **settings)
         if not want_attention:
             return results
-        return [(r, cross_attention(self.translator, t, r[0][0])) for t, r in zip(texts, results)]
+        best = [r if isinstance(r, str) else r[0][0] for r in results]  # str, or an n-best list
+        return [(r, cross_attention(self.translator, t, b)) for t, r, b in zip(texts, results, best)]
 
     async def decode(self, texts: list[str], **options) -> list:
         try:
