@@ -161,5 +161,7 @@ def test_alignment_picture_of_the_rnn(tmp_path, capsys):
     assert main(["plot", "attention", "--model", str(tmp_path / "m"), "--sentence", "a b c", "-o", str(out)]) == 0
     assert out.stat().st_size > 0
     assert main(["plot", "attention", "--model", str(tmp_path / "m"), "--sentence", "a b", "--part", "all",
+                 "-o", str(tmp_path / "x.png")]) == 0  # "all": every part the model has, here the cross-attention
+    assert main(["plot", "attention", "--model", str(tmp_path / "m"), "--sentence", "a b", "--part", "encoder",
                  "-o", str(tmp_path / "x.png")]) == 2
     assert "no encoder self-attention" in capsys.readouterr().err
