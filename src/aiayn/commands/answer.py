@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 
-from aiayn.commands.translate import (add_decode_arguments, check_writable, load_translator, translate_kwargs,
-                                      translate_with_progress, write_lines)
+from aiayn.commands import translate
 
 HELP = "answer questions with a model directory trained by the qa task (--context/--question, or JSONL)"
 
@@ -23,7 +22,7 @@ def add_arguments(p) -> None:
     p.add_argument("--question", help="the question (with --context)")
     p.add_argument("-i", "--input", help='JSON lines with "context" and "question"')
     p.add_argument("-o", "--output", help="JSON lines out, with \"prediction\" (default: stdout)")
-    add_decode_arguments(p)
+    translate.add_decode_arguments(p)
 
 
 def run(args) -> int:
@@ -32,15 +31,15 @@ def run(args) -> int:
     if (args.input is None) == (args.context is None or args.question is None):
         raise ValueError("give --context and --question, or -i FILE (JSON lines), not both")
     if args.output is not None:
-        check_writable(args.output)
-    qa = load_translator(args, QA)
+        translate.check_writable(args.output)
+    qa = translate.load_translator(args, QA)
     if args.input is None:
-        print(qa.answer(args.context, args.question, **translate_kwargs(args)))
+        print(qa.answer(args.context, args.question, **translate.translate_kwargs(args)))
         return 0
     from aiayn.data.records import read_jsonl
 
     rows = read_jsonl(args.input, ("context", "question"), strict=True).rows
     call = lambda sources, **kw: qa.answer([r["context"] for r in rows], [r["question"] for r in rows], **kw)  # noqa: E731
-    answers = translate_with_progress(qa, rows, translate_kwargs(args), call=call)
-    write_lines(args.output, [json.dumps({**r, "prediction": a}, ensure_ascii=False) + "\n" for r, a in zip(rows, answers)])
+    answers = translate.translate_with_progress(qa, rows, translate.translate_kwargs(args), call=call)
+    translate.write_lines(args.output, [json.dumps({**r, "prediction": a}, ensure_ascii=False) + "\n" for r, a in zip(rows, answers)])
     return 0
