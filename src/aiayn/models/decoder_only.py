@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from aiayn.config import PAD_ID, ConfigError
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
-from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer
 
 
@@ -89,8 +89,7 @@ class DecoderOnly(PretrainedModel):
         super().__init__(config)
         cfg = config
         self.embed = Embeddings(cfg.vocab_size, cfg.d_model, PAD_ID, scale=cfg.scale_embeddings)
-        self.positions = (LearnedPositionalEncoding(cfg.d_model, cfg.max_positions) if cfg.positional == "learned"
-                          else SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions))
+        self.positions = positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions)
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, cross_attention=False) for i in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from aiayn.config import BOS_ID, PAD_ID, ConfigError
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
-from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import EncoderLayer
 
 CLS_ID = BOS_ID  # the [CLS] position's token: BOS, which no tokenized text contains
@@ -84,8 +84,7 @@ class EncoderOnly(PretrainedModel):
         else:
             self.patch_proj = nn.Linear(cfg.patch_dim, cfg.d_model)
             self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
-        self.positions = (LearnedPositionalEncoding(cfg.d_model, cfg.max_positions) if cfg.positional == "learned"
-                          else SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions))
+        self.positions = positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions)
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None

@@ -18,7 +18,7 @@ from aiayn.config import PAD_ID, TransformerConfig
 from aiayn.models.base import PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
-from aiayn.modules.embeddings import Embeddings, LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
 
 
@@ -38,9 +38,7 @@ class DecoderOutput:
 
 
 def _positional(cfg: TransformerConfig) -> nn.Module:
-    if cfg.positional == "learned":
-        return LearnedPositionalEncoding(cfg.d_model, cfg.max_positions)
-    return SinusoidalPositionalEncoding(cfg.d_model, cfg.max_positions)
+    return positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions)
 
 
 class Encoder(nn.Module):

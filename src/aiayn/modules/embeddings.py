@@ -77,3 +77,10 @@ class LearnedPositionalEncoding(nn.Module):
                 "use positional='sinusoidal' or a larger max_positions"
             )
         return self.weight[start:end]
+
+
+def positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:
+    """"learned" (a table of max_positions rows) or "sinusoidal" (§3.5, extends on demand)."""
+    if kind == "learned":
+        return LearnedPositionalEncoding(d_model, max_positions)
+    return SinusoidalPositionalEncoding(d_model, max_positions)
