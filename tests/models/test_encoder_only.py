@@ -3,7 +3,6 @@ weights, bidirectional attention, padding, the heads, and patches as tokens."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from aiayn.config import PAD_ID
@@ -70,10 +69,16 @@ def test_attention_is_bidirectional_and_ignores_padding():
 @torch.no_grad()
 def test_heads_shapes_and_tied_mlm_projection(tmp_path):
     m = model()
-    x = torch.randint(4, 23, (2, 5))
-    assert m.mlm_logits(x).shape == (2, 5, 23) and m.classify(x).shape == (2, 3)
-    h = m(x)[:, 1:]
-    torch.testing.assert_close(m.mlm_logits(x), F.linear(m.mlm_norm(F.gelu(m.mlm_dense(h))), m.embed.weight))
+    x = torch.randint(4, 12, (2, 5))  # ids 12.. never occur in the input
+    logits = m.mlm_logits(x)
+    assert logits.shape == (2, 5, 23) and m.classify(x).shape == (2, 3)
+    vocab_by_width = [name for name, p in m.named_parameters() if p.shape == (23, 16)]
+    assert vocab_by_width == ["embed.weight"]  # no separate output matrix: the projection is the embedding
+    m.embed.weight[20] += 1.0  # an embedding row no input token reads changes exactly that output column
+    changed = m.mlm_logits(x)
+    assert not torch.allclose(changed[..., 20], logits[..., 20])
+    others = [i for i in range(23) if i != 20]
+    torch.testing.assert_close(changed[..., others], logits[..., others])
     m.save_pretrained(tmp_path)
     torch.testing.assert_close(load_model(tmp_path).classify(x), m.classify(x))
     with pytest.raises(ValueError, match="no classifier head"):

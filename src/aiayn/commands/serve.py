@@ -28,13 +28,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    try:
-        from aiayn.serve.app import serve
-        import fastapi  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        raise ImportError("aiayn serve needs the serve extra: pip install 'aiayn[serve]'") from None
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn")):
+        raise ImportError("aiayn serve needs the serve extra: pip install 'aiayn[serve]'")
     from aiayn.runtime import resolve_device
+    from aiayn.serve.app import serve
 
     batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout)
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key)

@@ -112,3 +112,13 @@ def read_babi(path: str | Path) -> list[BabiExample]:
         examples.append(BabiExample(list(facts.values()), parts[0].strip(), parts[1].strip(),
                                     tuple(int(s) for s in support), task, story))
     return examples
+
+
+def record_file(directory: str | Path, split: str, suffixes: Sequence[str] = (".jsonl", ".jsonl.gz")) -> Path:
+    """`{directory}/{split}{suffix}` for the first suffix that exists; the error names what was looked for."""
+    candidates = [Path(directory) / f"{split}{suffix}" for suffix in suffixes]
+    found = next((p for p in candidates if p.is_file()), None)
+    if found is None:
+        raise CorpusError(f"{candidates[0]}: file not found (split {split!r}; also tried "
+                          f"{', '.join(p.name for p in candidates[1:])})")
+    return found

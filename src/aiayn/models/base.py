@@ -7,6 +7,7 @@ A model type plugs in by subclassing `PretrainedModel`, setting `model_type` and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -20,6 +21,17 @@ from aiayn.io import atomic_write
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
 MODEL_TYPE_KEY = "model_type"
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module):
+    """`model` in eval mode inside the block (no dropout), back in the mode it had after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 class ModelConfig:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, UNK_ID, ConfigError

@@ -28,6 +28,7 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID
 from aiayn.decoding.common import output_limits
 from aiayn.decoding.greedy import greedy_search
+from aiayn.models.base import eval_mode
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure, save_png
 
 PARTS = ("encoder", "decoder", "cross")
@@ -84,15 +85,11 @@ def decode_with_attention(
     `src_ids` follow `aiayn.decoding.common.encode_source` (ids + EOS). Labels are left as
     ids rendered with str(); `attention_for_sentence` fills in subword pieces.
     """
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         src = torch.tensor([list(src_ids)], dtype=torch.long, device=next(model.parameters()).device)  # (1, S)
         out_ids = _with_end(model, src, greedy_search(model, src, max_len_a, max_len_b)[0], max_len_a, max_len_b)
         in_ids = [BOS_ID, *out_ids[:-1]]
         weights = model.attention(src, torch.tensor([in_ids], device=src.device))  # teacher-forced, (1, T)
-    finally:
-        model.train(was_training)
     return AttentionMaps(
         list(src_ids), out_ids, _stack(weights.encoder), _stack(weights.decoder), _stack(weights.cross),
         [str(i) for i in src_ids], [str(i) for i in in_ids], [str(i) for i in out_ids],
@@ -111,12 +108,8 @@ def forward_attention(model, src: Tensor, tgt_in: Tensor) -> tuple[list[Tensor],
 
     Returns per layer: encoder (B, H, S, S), decoder self (B, H, T, T), cross (B, H, T, S).
     """
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         w = model.attention(src, tgt_in)
-    finally:
-        model.train(was_training)
     return w.encoder, w.decoder, w.cross
 
 
@@ -156,12 +149,8 @@ def self_attention_maps(model, tokenizer, text: str) -> AttentionMaps:
     ids = tokenizer.encode(text)
     if not ids:
         raise ValueError("the text is empty")
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         weights = _stack(model.attention(torch.tensor([ids], device=next(model.parameters()).device)))
-    finally:
-        model.train(was_training)
     part = ONE_STACK[model.model_type]
     labels = tokenizer.pieces(ids) if part == "decoder" else ["[CLS]", *tokenizer.pieces(ids)]
     ids = ids if part == "decoder" else [CLS_ID, *ids]

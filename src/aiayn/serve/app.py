@@ -93,7 +93,7 @@ class ModelService:
     """The loaded model of one directory, its task's entry point, and the batcher in front of it."""
 
     def __init__(self, model_dir: str | Path, device: str, batching: BatchConfig, limits: ServeLimits):
-        from aiayn.tasks.seq2seq import read_task_info
+        from aiayn.tasks.base import read_task_info
 
         self.model_dir, self.limits = Path(model_dir), limits
         self.info = read_task_info(model_dir)
@@ -132,14 +132,12 @@ class ModelService:
 
 
 def _load_pipeline(task: str, model_dir, device: str):
-    from aiayn.decoding.translator import Translator
     from aiayn.tasks.qa import QA
+    from aiayn.tasks.seq2seq import load_translator
     from aiayn.tasks.summarization import Summarizer
 
     if task == "translation":
-        from aiayn.tasks.seq2seq import read_task_info, translator_options
-
-        return Translator.from_pretrained(model_dir, device=device, **translator_options(read_task_info(model_dir)))
+        return load_translator(model_dir, device)
     return {"summarization": Summarizer, "qa": QA}[task].from_pretrained(model_dir, device=device)
 
 
@@ -150,14 +148,14 @@ def cross_attention(translator, source: str, output: str) -> dict:
 
     from aiayn.config import BOS_ID, EOS_ID
     from aiayn.decoding.common import encode_source
+    from aiayn.plots.attention import forward_attention
 
-    tok, model = translator.tokenizers, translator.model
+    tok, device = translator.tokenizers, translator.device
     src = encode_source(tok.src, source, translator.max_input_tokens, translator.keep)
     out = tok.tgt.encode(output) + [EOS_ID]
-    device = translator.device
-    with torch.inference_mode():
-        weights = model.attention(torch.tensor([src], device=device), torch.tensor([[BOS_ID, *out[:-1]]], device=device))
-    cross = torch.stack([w[0] for w in weights.cross]).float().cpu()  # (L, H, T, S)
+    _, _, per_layer = forward_attention(translator.model, torch.tensor([src], device=device),
+                                        torch.tensor([[BOS_ID, *out[:-1]]], device=device))
+    cross = torch.stack([w[0] for w in per_layer]).float().cpu()  # (L, H, T, S)
     return {"weights": [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in cross.tolist()],
             "source": tok.src.pieces(src), "target": tok.tgt.pieces(out)}
 

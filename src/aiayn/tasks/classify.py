@@ -30,10 +30,13 @@ import torch.nn.functional as F
 
 from aiayn.config import PAD_ID, UNK_ID
 from aiayn.data.corpus import CorpusError
+from aiayn.data.records import record_file
 from aiayn.data.tokenizer import N_SPECIALS, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.decoding.common import pad_sources
 from aiayn.io import atomic_write
-from aiayn.tasks.seq2seq import TASK_FILE, TOKENIZER_DIR, build_tokenizers
-from aiayn.tasks.summarization import record_file
+from aiayn.models.base import eval_mode
+from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
+from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums
@@ -78,13 +81,6 @@ class TextBatch:
         return TextBatch(self.tokens.to(device), self.targets.to(device))
 
 
-def pad(rows: Sequence[Sequence[int]]) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), PAD_ID, dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
-    return out
-
-
 def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: torch.Generator):
     """BERT's masking of (B, T) ids -> (inputs, targets): targets hold the original id at the
     chosen positions and PAD elsewhere; PAD positions are never chosen."""
@@ -120,7 +116,8 @@ class ClassifyTask:
         t, data = time.monotonic(), self.data
         texts, labels = self.read(data.train_split)
         self.labels = sorted(set(labels))
-        self.tokenizers = self._tokenizers(run_dir, dist, fresh, texts)
+        self.tokenizers = run_tokenizers(self.data, run_dir, dist, fresh, lambda: build_tokenizers(
+            self.data, texts, [], self.cfg.train.seed, (MASK,)))
         self.splits[data.train_split] = self.encode(data.train_split, texts, labels)
         for split in filter(None, (data.valid_split, data.test_split)):
             self.splits[split] = self.encode(split, *self.read(split))
@@ -137,21 +134,9 @@ class ClassifyTask:
 
     def restore(self, model_dir: Path) -> None:
         """Labels and vocabulary from a finished model directory, and the test split (for `test`)."""
-        from aiayn.tasks.seq2seq import read_task_info
-
-        self.labels = read_task_info(model_dir)["labels"]
+        self.labels = read_task_info(model_dir, expect=self.name)["labels"]
         self.tokenizers = load_tokenizers(model_dir)
         self.splits[self.data.test_split] = self.encode(self.data.test_split, *self.read(self.data.test_split))
-
-    def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool, texts: list[str]) -> TokenizerPair:
-        if self.data.tokenizer:
-            return load_tokenizers(self.data.tokenizer)
-        directory = run_dir / TOKENIZER_DIR
-        if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
-            save_tokenizers(build_tokenizers(self.data, texts, [], self.cfg.train.seed, (MASK,)), directory)
-        if dist.enabled:
-            torch.distributed.barrier()
-        return load_tokenizers(directory)
 
     def model_spec(self):
         """`[model] type = "encoder-only"`, with a head for the labels."""
@@ -175,7 +160,7 @@ class ClassifyTask:
 
     def collate(self, split: str, indices: Sequence[int], epoch: int = 0, number: int = 0) -> TextBatch:
         ids, labels = self.splits[split]
-        return TextBatch(pad([ids[i] for i in indices]), torch.tensor([labels[i] for i in indices]))
+        return TextBatch(pad_sources([ids[i] for i in indices], PAD_ID), torch.tensor([labels[i] for i in indices]))
 
     def train_data(self, dist: DistInfo) -> Callable[[int], list[TextBatch]]:
         split = self.data.train_split
@@ -201,15 +186,13 @@ class ClassifyTask:
     # -- validation, test, inference ------------------------------------------------------------
     @torch.inference_mode()
     def accuracy(self, model, split: str) -> float:
-        was_training = model.training
-        model.eval()
         device = next(model.parameters()).device
         right = total = 0
-        for n, b in enumerate(self.batches(split, 0, None, False)):
-            batch = self.collate(split, b, 0, n).to(device)
-            right += int((model.classify(batch.tokens).argmax(-1) == batch.targets).sum())
-            total += len(b)
-        model.train(was_training)
+        with eval_mode(model):
+            for n, b in enumerate(self.batches(split, 0, None, False)):
+                batch = self.collate(split, b, 0, n).to(device)
+                right += int((model.classify(batch.tokens).argmax(-1) == batch.targets).sum())
+                total += len(b)
         return 100.0 * right / max(total, 1)
 
     def validate(self, model) -> dict[str, float]:
@@ -233,9 +216,7 @@ class ClassifyTask:
 
     def save_extras(self, model_dir: Path) -> None:
         save_tokenizers(self.tokenizers, model_dir)
-        with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
-            tmp.write_text(json.dumps({"task": self.name, "labels": self.labels,
-                                       "max_length": self.data.max_length}, indent=2) + "\n")
+        write_task_info(model_dir, {"task": self.name, "labels": self.labels, "max_length": self.data.max_length})
 
 
 class MLMTask(ClassifyTask):
@@ -243,16 +224,19 @@ class MLMTask(ClassifyTask):
 
     name = "mlm"
 
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
+        super().prepare(run_dir, dist, fresh)
+        self.mask_id = self.tokenizers.src.encode(MASK)[-1]  # "[MASK]" is a piece of its own (maybe after "▁")
+
     def n_classes(self) -> int:
         return 0
 
     def collate(self, split: str, indices: Sequence[int], epoch: int = 0, number: int = 0) -> TextBatch:
         ids, _ = self.splits[split]
-        tokens = pad([ids[i] for i in indices])
+        tokens = pad_sources([ids[i] for i in indices], PAD_ID)
         generator = torch.Generator().manual_seed(int(np.random.SeedSequence(
             [self.cfg.train.seed, epoch, number, 0 if split == self.data.train_split else 1]).generate_state(1)[0]))
-        mask_id = self.tokenizers.src.encode(MASK)[-1]
-        inputs, targets = mask_tokens(tokens, mask_id, self.tokenizers.src.vocab_size, generator)
+        inputs, targets = mask_tokens(tokens, self.mask_id, self.tokenizers.src.vocab_size, generator)
         return TextBatch(inputs, targets)
 
     def loss(self, model, batch: TextBatch) -> LossSums:
@@ -294,11 +278,8 @@ class Classifier:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "Classifier":
         from aiayn.models import load_model
-        from aiayn.tasks.seq2seq import read_task_info
 
-        info = read_task_info(model_dir)
-        if info.get("task") != ClassifyTask.name:
-            raise ValueError(f"{model_dir}: a {info.get('task', 'translation')} model (task.json), not a classifier")
+        info = read_task_info(model_dir, expect=ClassifyTask.name)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, info["labels"],
                    info.get("max_length", 256))
 
@@ -309,7 +290,7 @@ class Classifier:
         for start in range(0, len(texts), batch_size):
             ids = [(self.tokenizer.encode(t)[: self.max_length] or [UNK_ID])
                    for t in texts[start:start + batch_size]]
-            probs = self.model.classify(pad(ids).to(device)).softmax(-1)
+            probs = self.model.classify(pad_sources(ids, PAD_ID, device)).softmax(-1)
             best = probs.argmax(-1)
             out += [(self.labels[int(i)], float(p[i])) for i, p in zip(best, probs)]
         return out

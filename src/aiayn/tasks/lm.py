@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -28,8 +27,7 @@ import torch
 
 from aiayn.config import PAD_ID
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
-from aiayn.io import atomic_write
-from aiayn.tasks.seq2seq import TASK_FILE, TOKENIZER_DIR
+from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, label_smoothed_loss
@@ -77,21 +75,16 @@ class LMTask:
         self.cfg, self.data = cfg, cfg.data
         self.tokenizers: Optional[TokenizerPair] = None
         self.train_ids = self.valid_ids = None
+        self.block = cfg.model.build(64, 64).max_positions  # the model's context: the block size
+        self.rows = max(1, cfg.data.max_tokens // self.block)  # blocks per micro-batch
 
-    @property
-    def block(self) -> int:
-        return self.cfg.model.build(64, 64).max_positions
-
-    @property
-    def rows(self) -> int:
-        return max(1, self.data.max_tokens // self.block)
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
         from aiayn.data.corpus import read_text_file
 
         t = time.monotonic()
         train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction or DEFAULT_VALID_FRACTION)
-        self.tokenizers = self._tokenizers(run_dir, dist, fresh, train)
+        self.tokenizers = run_tokenizers(self.data, run_dir, dist, fresh, lambda: self._build_tokenizers(train))
         tok = self.tokenizers.src
         self.train_ids = np.asarray(tok.encode(train), dtype=np.int32)
         self.valid_ids = np.asarray(tok.encode(valid), dtype=np.int32)
@@ -101,23 +94,14 @@ class LMTask:
         log.info("data ready in %.1f s: %d training and %d validation tokens, vocabulary %d",
                  time.monotonic() - t, len(self.train_ids), len(self.valid_ids), tok.vocab_size)
 
-    def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool, train: str) -> TokenizerPair:
-        if self.data.tokenizer:
-            return load_tokenizers(self.data.tokenizer)
-        directory = run_dir / TOKENIZER_DIR
-        if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
-            if self.data.vocab_type == "chars":
-                tok = CharTokenizer.from_text(train)
-            else:
-                from aiayn.data.tokenizer import SentencePieceTokenizer
+    def _build_tokenizers(self, train: str) -> TokenizerPair:
+        if self.data.vocab_type == "chars":
+            return TokenizerPair.shared(CharTokenizer.from_text(train))
+        from aiayn.data.tokenizer import SentencePieceTokenizer
 
-                tok = SentencePieceTokenizer.train([line for line in train.split("\n") if line.strip()],
-                                                   vocab_size=self.data.vocab_size, model_type=self.data.vocab_type,
-                                                   seed=self.cfg.train.seed)
-            save_tokenizers(TokenizerPair.shared(tok), directory)
-        if dist.enabled:
-            torch.distributed.barrier()
-        return load_tokenizers(directory)
+        lines = [line for line in train.split("\n") if line.strip()]
+        return TokenizerPair.shared(SentencePieceTokenizer.train(lines, vocab_size=self.data.vocab_size,
+                                                                 model_type=self.data.vocab_type, seed=self.cfg.train.seed))
 
     def model_spec(self):
         """`[model] type = "decoder-only"` (GPT), sized to the vocabulary."""
@@ -136,10 +120,9 @@ class LMTask:
 
     def valid_data(self) -> list[Blocks]:
         """Every non-overlapping block of the validation tokens, in order."""
-        n = (len(self.valid_ids) - 1) // self.block
-        starts = np.arange(n) * self.block
-        return list(EpochBlocks(self.valid_ids, starts[: n - n % self.rows].reshape(-1, self.rows), self.block)) + (
-            [EpochBlocks(self.valid_ids, starts[None, n - n % self.rows:], self.block)[0]] if n % self.rows else [])
+        starts = np.arange((len(self.valid_ids) - 1) // self.block) * self.block
+        batches = [starts[i:i + self.rows] for i in range(0, len(starts), self.rows)]  # the last may be short
+        return [EpochBlocks(self.valid_ids, b[None], self.block)[0] for b in batches]
 
     def loss(self, model, batch: Blocks) -> LossSums:
         logits = model(batch.x)  # (B, T, V)
@@ -157,8 +140,7 @@ class LMTask:
 
     def save_extras(self, model_dir: Path) -> None:
         save_tokenizers(self.tokenizers, model_dir)
-        with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
-            tmp.write_text(json.dumps({"task": self.name, "block": self.block}, indent=2) + "\n")
+        write_task_info(model_dir, {"task": self.name, "block": self.block})
 
 
 class Generator:
@@ -172,11 +154,8 @@ class Generator:
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "Generator":
         from aiayn.models import load_model
-        from aiayn.tasks.seq2seq import read_task_info
 
-        found = read_task_info(model_dir).get("task", "translation")
-        if found != LMTask.name:
-            raise ValueError(f"{model_dir}: a {found} model (task.json), not a language model")
+        read_task_info(model_dir, expect=LMTask.name)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src)
 
     @torch.inference_mode()

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Sequence
 
 from aiayn.data.corpus import CorpusError
+from aiayn.data.records import record_file
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TaskPipeline
-from aiayn.tasks.summarization import record_file
 
 log = logging.getLogger(__name__)
 

@@ -35,16 +35,15 @@ import torch
 from aiayn.config import PAD_ID
 from aiayn.data.batching import Batch
 from aiayn.data.preprocess import ParallelDataset
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.io import atomic_write
+from aiayn.tasks.base import TASK_FILE, read_task_info, run_tokenizers, write_task_info
 from aiayn.training.config import DataConfig, TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, label_smoothed_loss
 
 log = logging.getLogger(__name__)
 
-TOKENIZER_DIR = "tokenizer"
-TASK_FILE = "task.json"  # in a model directory: which task made it, and how it reads its input
 
 
 @dataclass
@@ -160,22 +159,14 @@ class Seq2SeqTask:
         return ex.src, ex.tgt
 
     def _tokenizers(self, run_dir: Path, dist: DistInfo, fresh: bool) -> TokenizerPair:
-        """`data.tokenizer` if set; else RUN_DIR/tokenizer: built anew by rank 0 for a fresh run
-        (whatever an earlier, failed start left there), loaded when resuming."""
-        if self.data.tokenizer:
-            return load_tokenizers(self.data.tokenizer)
-        directory = run_dir / TOKENIZER_DIR
-        if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
-            t = time.monotonic()
-            src, tgt = self.train_texts()
-            if not any(s.strip() for s in src):
-                raise ValueError(f"no usable pairs in {self.data.corpus} split {self.data.train_split!r} "
-                                 "to build a vocabulary from")
-            save_tokenizers(build_tokenizers(self.data, src, tgt, self.cfg.train.seed, self.user_symbols), directory)
-            log.info("vocabulary built in %.1f s -> %s", time.monotonic() - t, directory)
-        if dist.enabled:
-            torch.distributed.barrier()
-        return load_tokenizers(directory)
+        return run_tokenizers(self.data, run_dir, dist, fresh, self._build_tokenizers)
+
+    def _build_tokenizers(self) -> TokenizerPair:
+        src, tgt = self.train_texts()
+        if not any(s.strip() for s in src):
+            raise ValueError(f"no usable pairs in {self.data.corpus} split {self.data.train_split!r} "
+                             "to build a vocabulary from")
+        return build_tokenizers(self.data, src, tgt, self.cfg.train.seed, self.user_symbols)
 
     def model_spec(self):
         """`[model] type`: the encoder-decoder (default) or another sequence-to-sequence model, e.g. "rnn"."""
@@ -245,24 +236,8 @@ class Seq2SeqTask:
     def save_extras(self, model_dir: Path) -> None:
         """The tokenizers and task.json: the task, how its sources are truncated, its decoding defaults."""
         save_tokenizers(self.tokenizers, model_dir)
-        info = {"task": self.name, "decode": dataclasses.asdict(self.cfg.decode), **self.inference_options(),
-                **self.task_info()}
-        with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
-            tmp.write_text(json.dumps(info, indent=2) + "\n")
-
-
-def read_task_info(model_dir: str | Path) -> dict:
-    """The model directory's task.json ({} for a directory written before it existed: a translation model)."""
-    path = Path(model_dir) / TASK_FILE
-    if not path.is_file():
-        return {}
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(info, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return info
+        write_task_info(model_dir, {"task": self.name, "decode": dataclasses.asdict(self.cfg.decode),
+                                    **self.inference_options(), **self.task_info()})
 
 
 def build_tokenizers(data: DataConfig, src: Sequence[str], tgt: Sequence[str], seed: int,
@@ -298,14 +273,17 @@ class TaskPipeline:
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs):
         """Load a model directory written by `aiayn train` for this task. `kwargs` go to `Translator`
         (decode, sampling, max_input_tokens, batch_tokens) and win over task.json."""
-        from aiayn.decoding.translator import Translator
+        read_task_info(model_dir, expect=cls.task)
+        return cls(load_translator(model_dir, device, **kwargs))
 
-        info = read_task_info(model_dir)
-        found = info.get("task", "translation")
-        if found != cls.task:
-            raise ValueError(f"{model_dir}: a {found} model (task.json), not a {cls.task} model")
-        options = {**translator_options(info), **{k: v for k, v in kwargs.items() if v is not None}}
-        return cls(Translator.from_pretrained(model_dir, device=device, **options))
+
+def load_translator(model_dir: str | Path, device: str | torch.device = "cpu", **kwargs):
+    """A `Translator` for `model_dir` set up as its task.json says (decoding defaults, how sources
+    are cut); `kwargs` that are not None win over it."""
+    from aiayn.decoding.translator import Translator
+
+    options = {**translator_options(read_task_info(model_dir)), **{k: v for k, v in kwargs.items() if v is not None}}
+    return Translator.from_pretrained(model_dir, device=device, **options)
 
 
 def translator_options(info: dict) -> dict:

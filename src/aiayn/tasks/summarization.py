@@ -19,10 +19,9 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Sequence
 
-from aiayn.data.corpus import CorpusError
+from aiayn.data.records import record_file
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TaskPipeline
 
 log = logging.getLogger(__name__)
@@ -38,16 +37,6 @@ def flatten(text: str) -> str:
 def lead(text: str, n: int = LEAD_WORDS) -> str:
     """The first `n` words of `text`: the extractive baseline."""
     return " ".join(text.split()[:n])
-
-
-def record_file(directory: str | Path, split: str, suffixes: Sequence[str] = (".jsonl", ".jsonl.gz")) -> Path:
-    """`{directory}/{split}{suffix}` for the first suffix that exists; the error names what was looked for."""
-    candidates = [Path(directory) / f"{split}{suffix}" for suffix in suffixes]
-    found = next((p for p in candidates if p.is_file()), None)
-    if found is None:
-        raise CorpusError(f"{candidates[0]}: file not found (split {split!r}; also tried "
-                          f"{', '.join(p.name for p in candidates[1:])})")
-    return found
 
 
 class SummarizationTask(Seq2SeqTask):

@@ -13,7 +13,8 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 from __future__ import annotations
 
 from aiayn.data.preprocess import ParallelDataset, load_parallel
-from aiayn.tasks.seq2seq import TOKENIZER_DIR, Examples, Seq2SeqTask
+from aiayn.tasks.base import TOKENIZER_DIR
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask
 from aiayn.training.config import DataConfig
 
 __all__ = ["TOKENIZER_DIR", "TranslationTask", "read_text"]

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -21,9 +20,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from aiayn.io import atomic_write
 from aiayn.tasks.classify import ClassifyTask, TextBatch
-from aiayn.tasks.seq2seq import TASK_FILE
+from aiayn.tasks.base import write_task_info
 from aiayn.training.distributed import SINGLE, DistInfo
 
 log = logging.getLogger(__name__)
@@ -87,6 +85,4 @@ class ImageClassifyTask(ClassifyTask):
         return TextBatch(torch.from_numpy(images[list(indices)]), torch.tensor([labels[i] for i in indices]))
 
     def save_extras(self, model_dir: Path) -> None:
-        with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
-            tmp.write_text(json.dumps({"task": self.name, "labels": self.labels, "patch_size": self.data.patch_size},
-                                      indent=2) + "\n")
+        write_task_info(model_dir, {"task": self.name, "labels": self.labels, "patch_size": self.data.patch_size})
