@@ -30,3 +30,12 @@ def _private_cache_dir(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """Tests that take `device` run on the CPU and, where one is available, on CUDA too."""
+    return torch.device(request.param)

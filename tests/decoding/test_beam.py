@@ -95,8 +95,8 @@ def sources():
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True}])
 @pytest.mark.parametrize("fast", [False, True])
-def test_beam_one_is_greedy(overrides, fast):
-    model, src = tiny(**overrides), sources()
+def test_beam_one_is_greedy(overrides, fast, device):
+    model, src = tiny(**overrides).to(device), sources().to(device)
     model = model.fast_decoder() if fast else model
     cfg = DecodeConfig(beam_size=1, length_penalty=0.0, max_len_a=1.0, max_len_b=5)
     beam = [h[0].tokens for h in beam_search(model, src, cfg)]
@@ -113,7 +113,7 @@ def reference_beam(model, src_row, cfg: DecodeConfig):
     for t in range(limit):
         cands = []
         for tokens, score in live:
-            prefix = torch.tensor([[BOS_ID] + tokens])
+            prefix = torch.tensor([[BOS_ID] + tokens], device=src.device)
             with torch.no_grad():
                 logp = torch.log_softmax(model(src, prefix)[0, -1].float(), -1)[None]
             logp[:, [PAD_ID, BOS_ID]] = float("-inf")  # never outputs
@@ -135,8 +135,8 @@ def reference_beam(model, src_row, cfg: DecodeConfig):
 
 @pytest.mark.parametrize("form,alpha", [("gnmt", 0.6), ("plain", 1.0), ("gnmt", 0.0)])
 @pytest.mark.parametrize("fast", [False, True])
-def test_cached_beam_equals_uncached_reference(form, alpha, fast):
-    model, src = tiny(), sources()
+def test_cached_beam_equals_uncached_reference(form, alpha, fast, device):
+    model, src = tiny().to(device), sources().to(device)
     cfg = DecodeConfig(beam_size=3, nbest=3, length_penalty=alpha, length_penalty_form=form, max_len_b=6)
     got = beam_search(model.fast_decoder() if fast else model, src, cfg)
     for i in range(src.shape[0]):

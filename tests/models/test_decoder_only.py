@@ -51,13 +51,13 @@ def torch_reference(ours: DecoderOnly) -> nn.TransformerEncoder:
 
 @pytest.mark.parametrize("norm_first", [True, False])
 @torch.no_grad()
-def test_forward_equals_torch_encoder_with_a_causal_mask(norm_first):
-    ours = model(norm_first=norm_first)
-    x = tokens()
+def test_forward_equals_torch_encoder_with_a_causal_mask(norm_first, device):
+    ours = model(norm_first=norm_first).to(device)
+    x = tokens().to(device)
     T = x.shape[1]
     embedded = ours.embed(x) + ours.positions(T)
-    causal = ~masks.causal_mask(T)  # torch's bool masks say True = may NOT attend
-    hidden = torch_reference(ours)(embedded, mask=causal)
+    causal = ~masks.causal_mask(T, device=device)  # torch's bool masks say True = may NOT attend
+    hidden = torch_reference(ours).to(device)(embedded, mask=causal)
     torch.testing.assert_close(ours(x), F.linear(hidden, ours.embed.weight), atol=1e-5, rtol=1e-5)
 
 
@@ -73,11 +73,11 @@ def test_attention_is_causal():
 
 
 @torch.no_grad()
-def test_cached_generation_equals_recomputation_token_by_token():
-    m, prompt = model(), tokens(B=2, T=4)
+def test_cached_generation_equals_recomputation_token_by_token(device):
+    m, prompt = model().to(device), tokens(B=2, T=4).to(device)
     state = m.start(prompt, capacity=8)
     seq = prompt
-    step_input = torch.full((2,), BOS_ID)
+    step_input = torch.full((2,), BOS_ID, device=device)
     for _ in range(6):
         cached = m.step(step_input, state)  # (B, V)
         recomputed = m(seq)[:, -1]

@@ -41,14 +41,14 @@ def reference(ours: EncoderOnly) -> nn.TransformerEncoder:
 
 @pytest.mark.parametrize("norm_first", [False, True])
 @torch.no_grad()
-def test_body_equals_torch_encoder_with_padding(norm_first):
-    ours = model(norm_first=norm_first)
-    x = torch.randint(4, 23, (3, 7))
+def test_body_equals_torch_encoder_with_padding(norm_first, device):
+    ours = model(norm_first=norm_first).to(device)
+    x = torch.randint(4, 23, (3, 7), device=device)
     x[1, 5:] = PAD_ID
     x[2, 3:] = PAD_ID
-    ids = torch.cat([torch.full((3, 1), CLS_ID), x], dim=1)
+    ids = torch.cat([torch.full((3, 1), CLS_ID, device=device), x], dim=1)
     embedded = ours.embed(ids) + ours.positions(ids.shape[1])
-    expected = reference(ours)(embedded, src_key_padding_mask=ids == PAD_ID)
+    expected = reference(ours).to(device)(embedded, src_key_padding_mask=ids == PAD_ID)
     real = ids != PAD_ID
     torch.testing.assert_close(ours(x)[real], expected[real], atol=1e-5, rtol=1e-5)
 

@@ -20,9 +20,9 @@ def batch(B=3, S=7, T=6):
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"}, {"tgt_vocab_size": 30}])
 @torch.no_grad()
-def test_cached_decoding_equals_recomputation_at_every_step(overrides):
-    model = tiny(**overrides)
-    src, tgt = batch()
+def test_cached_decoding_equals_recomputation_at_every_step(overrides, device):
+    model = tiny(**overrides).to(device)
+    src, tgt = (t.to(device) for t in batch())
     enc = model.encode(src)
     cache = model.init_cache(enc, capacity=2)  # small capacity: exercises buffer growth
     for t in range(tgt.shape[1]):
@@ -32,17 +32,17 @@ def test_cached_decoding_equals_recomputation_at_every_step(overrides):
 
 
 @torch.no_grad()
-def test_padding_invariance():
+def test_padding_invariance(device):
     """A sentence's outputs do not change when batched with longer ones."""
-    model = tiny()
+    model = tiny().to(device)
     short_src, short_tgt = torch.randint(4, V, (1, 4)), torch.randint(4, V, (1, 3))
     long_src, long_tgt = torch.randint(4, V, (1, 9)), torch.randint(4, V, (1, 8))
-    alone = model(short_src, short_tgt)
+    alone = model(short_src.to(device), short_tgt.to(device))
     src = torch.zeros(2, 9, dtype=torch.long)
     src[0, :4], src[1] = short_src, long_src
     tgt = torch.zeros(2, 8, dtype=torch.long)
     tgt[0, :3], tgt[1] = short_tgt, long_tgt
-    batched = model(src, tgt)
+    batched = model(src.to(device), tgt.to(device))
     torch.testing.assert_close(batched[0, :3], alone[0], atol=1e-5, rtol=1e-5)
 
 

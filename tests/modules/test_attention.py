@@ -9,9 +9,9 @@ from aiayn.modules.attention import MultiHeadAttention, scaled_dot_product_atten
 D, H = 16, 4
 
 
-def pair():
-    ours = MultiHeadAttention(D, H).eval()
-    ref = nn.MultiheadAttention(D, H, batch_first=True).eval()
+def pair(device="cpu"):
+    ours = MultiHeadAttention(D, H).eval().to(device)
+    ref = nn.MultiheadAttention(D, H, batch_first=True).eval().to(device)
     with torch.no_grad():
         ref.in_proj_weight.copy_(ours.in_proj.weight)
         ref.in_proj_bias.copy_(ours.in_proj.bias)
@@ -21,10 +21,10 @@ def pair():
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_self_attention_with_padding_matches_torch(need_weights):
-    ours, ref = pair()
-    x = torch.randn(3, 5, D)
-    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+def test_self_attention_with_padding_matches_torch(need_weights, device):
+    ours, ref = pair(device)
+    x = torch.randn(3, 5, D, device=device)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool, device=device)
     out, w = ours(x, mask=masks.key_mask(keep), need_weights=need_weights)
     expected, ref_w = ref(x, x, x, key_padding_mask=~keep, need_weights=True, average_attn_weights=False)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
@@ -33,20 +33,20 @@ def test_self_attention_with_padding_matches_torch(need_weights):
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
-def test_causal_self_attention_matches_torch(need_weights):
-    ours, ref = pair()
-    x = torch.randn(2, 6, D)
+def test_causal_self_attention_matches_torch(need_weights, device):
+    ours, ref = pair(device)
+    x = torch.randn(2, 6, D, device=device)
     out, _ = ours(x, is_causal=True, need_weights=need_weights)
-    expected, _ = ref(x, x, x, attn_mask=~masks.causal_mask(6))
+    expected, _ = ref(x, x, x, attn_mask=~masks.causal_mask(6, device=device))
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_causal_and_padding_combined_match_torch():
-    ours, ref = pair()
-    x = torch.randn(2, 4, D)
-    keep = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool)
+def test_causal_and_padding_combined_match_torch(device):
+    ours, ref = pair(device)
+    x = torch.randn(2, 4, D, device=device)
+    keep = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]], dtype=torch.bool, device=device)
     out, _ = ours(x, mask=masks.key_mask(keep), is_causal=True)
-    expected, _ = ref(x, x, x, attn_mask=~masks.causal_mask(4), key_padding_mask=~keep)
+    expected, _ = ref(x, x, x, attn_mask=~masks.causal_mask(4, device=device), key_padding_mask=~keep)
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 

@@ -27,7 +27,7 @@ def _setup(seed=0):
 
 def test_round_trip_restores_weights_optimizer_rng_and_progress(tmp_path):
     model, opt = _setup()
-    state = ckpt.TrainState(step=7, epoch=2, batch_index=3, elapsed=12.5, best_nll=1.25, best_step=6)
+    state = ckpt.TrainState(step=7, epoch=2, batch_index=3, elapsed=12.5, best_score=-1.25, best_step=6)
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
     path = ckpt.save_checkpoint(tmp_path, ckpt.checkpoint_name(7), model, opt, state, [ckpt.capture_rng()])
     expected = (random.random(), np.random.rand(), torch.rand(1))

@@ -120,7 +120,7 @@ def test_validation_rows_best_checkpoint_and_patience(tmp_path):
     valid = batches(2, 4, seed=9)
     trainer = make_trainer(model, OPTIM, run_config(max_updates=100, validate_every=2, patience=1), tmp_path,
                       epoch_data(), valid_data=valid, metrics=lambda m: {"bleu": 12.5})
-    trainer.state.best_nll = -1.0  # nothing can beat it: the first validation exhausts patience
+    trainer.state.best_score = float("inf")  # nothing can beat it: the first validation exhausts patience
     result = trainer.fit()
     assert result.stop_reason == "patience" and trainer.state.step == 2
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "valid"]
@@ -138,6 +138,31 @@ def test_validation_saves_best(tmp_path):
     trainer.fit()
     assert (tmp_path / "checkpoints" / "best" / ckpt.STATE_FILE).is_file()
     assert trainer.state.best_step in (1, 2)
+
+
+def test_best_by_a_task_metric_becomes_the_final_model(tmp_path):
+    """best_metric = "accuracy" (higher wins) picks the first validation here, whatever the loss does;
+    final = "best" makes that checkpoint the model directory."""
+    falling = iter([90.0, 80.0, 70.0])
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM,
+                           run_config(max_updates=3, validate_every=1, best_metric="accuracy", final="best"),
+                           tmp_path, epoch_data(), valid_data=batches(1, 4, seed=9),
+                           metrics=lambda m: {"accuracy": next(falling)})
+    trainer.fit()
+    assert trainer.state.best_step == 1 and trainer.state.best_score == 90.0
+    final = Transformer.from_pretrained(tmp_path / "model")
+    best = Transformer.from_pretrained(tmp_path / "checkpoints" / ckpt.BEST)
+    for p, q in zip(final.parameters(), best.parameters()):
+        torch.testing.assert_close(p, q)
+    assert not all(torch.equal(p, q.cpu()) for p, q in zip(final.parameters(), trainer.model.parameters()))
+
+
+def test_an_unknown_best_metric_names_what_validation_gives(tmp_path):
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM,
+                           run_config(max_updates=2, validate_every=1, best_metric="rouge"), tmp_path, epoch_data(),
+                           valid_data=batches(1, 4, seed=9), metrics=lambda m: {"bleu": 1.0})
+    with pytest.raises(ValueError, match="best_metric = 'rouge', but validation gives only bleu, loss, nll, ppl"):
+        trainer.fit()
 
 
 def test_non_finite_updates_are_skipped_then_stop(tmp_path, caplog):

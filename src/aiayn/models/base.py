@@ -74,7 +74,7 @@ class PretrainedModel(nn.Module):
 
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write config.json (with `model_type`) and model.safetensors, each atomically."""
-        from safetensors.torch import save_model
+        from safetensors.torch import save_file
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -82,8 +82,21 @@ class PretrainedModel(nn.Module):
         with atomic_write(directory / CONFIG_FILE) as tmp:
             tmp.write_text(json.dumps(config, indent=2) + "\n")
         with atomic_write(directory / WEIGHTS_FILE) as tmp:
-            save_model(self, str(tmp))
+            save_file(self._distinct_tensors(), str(tmp))
         return directory
+
+    def _distinct_tensors(self) -> dict[str, torch.Tensor]:
+        """The state dict on the CPU, a tied matrix once (under its first name, which safetensors'
+        `load_model` accepts for the group). Not `save_model`: on CUDA, cuDNN packs an RNN's weights
+        into one buffer, and `save_model` refuses tensors that share a storage without covering it."""
+        seen: dict[tuple, str] = {}
+        state = {}
+        for name, tensor in self.state_dict().items():
+            key = (tensor.device, tensor.data_ptr(), tuple(tensor.shape))
+            if key not in seen:
+                seen[key] = name
+                state[name] = tensor.detach().to("cpu").contiguous()
+        return state
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, device: str | torch.device = "cpu") -> "PretrainedModel":

@@ -146,7 +146,12 @@ class LMTask:
 class Generator:
     """`Generator.from_pretrained(DIR).generate(prompt, max_new_tokens=..., temperature=..., top_k=..., top_p=...)`:
     text sampled from a decoder-only model through the shared sampling code (greedy with
-    `method="greedy"`). The context is the model's block: prompt + new tokens must fit in it."""
+    `method="greedy"`).
+
+    Text longer than the model's block (learned positions) is generated in windows, with the
+    key/value cache inside each: when the block is full, the last half of it becomes the prompt
+    of the next window. Every token thus sees between half a block and a block of context, where
+    nanoGPT's `generate` re-runs the last full block for every token, without a cache."""
 
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -167,15 +172,21 @@ class Generator:
         from aiayn.decoding.sampling import sample
 
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
-        room = self.model.config.max_positions - len(ids)
-        if self.model.max_output_length is not None and max_new_tokens > room:
-            raise ValueError(f"the prompt ({len(ids)} tokens) and {max_new_tokens} new tokens exceed the model's "
-                             f"block of {self.model.config.max_positions}; at most {max(room, 0)} new tokens fit")
         device = next(self.model.parameters()).device
-        src = torch.tensor([ids], device=device)
-        if method == "greedy":
-            out = greedy_search(self.model, src, 0.0, max_new_tokens)
-        else:
-            config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
-            out = sample(self.model, src, config, max_len_a=0.0, max_len_b=max_new_tokens)
-        return self.tokenizer.decode(out[0])
+        config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
+        generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+        block = self.model.config.max_positions if self.model.max_output_length is not None else None
+        out: list[int] = []
+        while len(out) < max_new_tokens:
+            history = ids + out
+            window = history if block is None or len(history) < block else history[-(block // 2):]
+            n = max_new_tokens - len(out) if block is None else min(max_new_tokens - len(out), block - len(window))
+            src = torch.tensor([window], device=device)
+            if method == "greedy":
+                new = greedy_search(self.model, src, 0.0, n)[0]
+            else:
+                new = sample(self.model, src, config, generator=generator, max_len_a=0.0, max_len_b=n)[0]
+            out += new
+            if len(new) < n:  # the model ended the text
+                break
+        return self.tokenizer.decode(out)

@@ -46,7 +46,7 @@ class TrainState:
     epoch: int = 0  # current epoch, from 0
     batch_index: int = 0  # next micro-batch in this epoch's (deterministic) batch list
     elapsed: float = 0.0  # training wall-clock seconds, summed over resumes
-    best_nll: float = float("inf")
+    best_score: float = float("-inf")  # of train.best_metric, higher is better (-nll for "nll")
     best_step: int = 0
     bad_validations: int = 0  # validations since the last improvement (early stopping)
     bad_updates: int = 0  # non-finite updates in a row
@@ -170,7 +170,10 @@ def load_checkpoint(
                     "will not continue exactly%s", path, len(rngs), world_size,
                     f" (rank {rank} reuses rank 0's RNG state)" if rank >= len(rngs) else "")
     restore_rng(rngs[rank if rank < len(rngs) else 0])
-    return TrainState(**payload["state"])
+    state = dict(payload["state"])
+    if "best_nll" in state:  # written before train.best_metric existed
+        state["best_score"] = -state.pop("best_nll")
+    return TrainState(**state)
 
 
 def prune_checkpoints(root: str | Path, keep_last: int) -> list[Path]:

@@ -163,6 +163,8 @@ class RunConfig:
     bleu: bool = True  # greedy sacreBLEU at validation
     patience: int = 0  # stop after this many validations without a better loss; 0 = off
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
+    best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" (lower wins) or a task metric (higher wins)
+    final: str = "last"  # RUN_DIR/model: "last" (the mean of the last average_last) or "best" (the best checkpoint)
     init_from: str = ""  # a model directory whose weights start a fresh run (same names and shapes; e.g. MLM -> classifier)
     max_bad_updates: int = 10  # stop after this many non-finite updates in a row
     log_every: int = 50  # updates between train rows in metrics.jsonl
@@ -189,6 +191,7 @@ class RunConfig:
                f"train.device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
         for name in ("keep_last", "average_last", "max_bad_updates", "log_every"):
             _check(getattr(self, name) >= 1, f"train.{name} must be >= 1, got {getattr(self, name)}")
+        _check(self.final in ("last", "best"), f"train.final must be 'last' or 'best', got {self.final!r}")
         _check(self.average_last <= self.keep_last,
                f"train.average_last ({self.average_last}) cannot exceed train.keep_last ({self.keep_last})")
 

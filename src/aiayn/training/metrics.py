@@ -26,7 +26,8 @@ class MetricsWriter:
     def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True):
         self.path = Path(run_dir) / METRICS_FILE
         self.enabled = enabled
-        self._tb = _tensorboard_writer(Path(run_dir) / "tensorboard") if enabled and tensorboard else None
+        self._tb_dir = Path(run_dir) / "tensorboard" if enabled and tensorboard else None
+        self._tb: Optional[Any] = None  # opened at the first row: a resumed, finished run writes nothing
 
     def truncate_after(self, step: int) -> None:
         """Drop rows newer than `step` (after resuming from a checkpoint at `step`)."""
@@ -44,6 +45,9 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(clean) + "\n")
+        if self._tb is None and self._tb_dir is not None:
+            self._tb = _tensorboard_writer(self._tb_dir)
+            self._tb_dir = None  # one try: tensorboard may not be installed
         if self._tb is not None:
             for key in ("loss", "nll", "ppl", "lr", "tokens_per_s", "bleu"):
                 if isinstance(row.get(key), (int, float)):

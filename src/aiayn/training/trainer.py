@@ -333,19 +333,31 @@ class Trainer:
             row = self.validation_loss()
             with self._autocast():
                 row.update(self.task.validate(self.model))
+            extra = "".join(f" {k} {v:.2f}" for k, v in row.items() if k not in ("loss", "nll", "ppl"))
             log.info("valid at update %d: loss %.4f nll %.4f ppl %.2f%s (%.1fs)", self.state.step, row["loss"],
-                     row["nll"], row["ppl"], f" bleu {row['bleu']:.2f}" if "bleu" in row else "", time.monotonic() - t)
+                     row["nll"], row["ppl"], extra, time.monotonic() - t)
             self.metrics.write({"step": self.state.step, "epoch": self.state.epoch, "split": "valid",
                                 **row, "lr": self._applied_lr(), "time": self._elapsed()})
-        has_row, nll = all_reduce([float(bool(row)), row.get("nll", 0.0)], self.dist)  # rank 0's values
+        has_row, score = all_reduce([float(bool(row)), self._score(row)], self.dist)  # rank 0's values
         if not has_row:
             return row
-        if nll < self.state.best_nll:
-            self.state.best_nll, self.state.best_step, self.state.bad_validations = nll, self.state.step, 0
+        if score > self.state.best_score:
+            self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
             self.save(ckpt.BEST)
         else:
             self.state.bad_validations += 1
         return row
+
+    def _score(self, row: dict) -> float:
+        """train.best_metric in `row`, as a score where higher is better."""
+        if not row:
+            return 0.0
+        metric = self.run.best_metric
+        if metric == "nll":
+            return -row["nll"]
+        if metric not in row:
+            raise ValueError(f"train.best_metric = {metric!r}, but validation gives only {', '.join(sorted(row))}")
+        return row[metric]
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, name: Optional[str] = None) -> Optional[Path]:
@@ -363,17 +375,29 @@ class Trainer:
         return path
 
     def write_model_dir(self) -> Path:
-        """RUN_DIR/model: config + weights (mean of the last `average_last` checkpoints) + the task's extras."""
+        """RUN_DIR/model: config + weights + the task's extras. The weights are the mean of the last
+        `average_last` checkpoints (§6.1), or with `train.final = "best"` the best validation checkpoint."""
         from aiayn.training.average import average_checkpoints
 
         out = self.run_dir / "model"
-        last = ckpt.list_checkpoints(self.ckpt_root)[-self.run.average_last:]
-        model = average_checkpoints(last) if self.run.average_last > 1 and last else self.model
-        if model is not self.model:
-            log.info("final model = mean of %d checkpoints: %s", len(last), ", ".join(p.name for p in last))
+        chosen = self._final_checkpoints()
+        model = average_checkpoints(chosen) if chosen else self.model
+        if chosen:
+            log.info("final model = mean of %d checkpoint(s): %s", len(chosen), ", ".join(p.name for p in chosen))
         model.save_pretrained(out)
         self.task.save_extras(out)
         return out
+
+    def _final_checkpoints(self) -> list[Path]:
+        """The checkpoints the final model comes from; empty = the weights in memory."""
+        best = self.ckpt_root / ckpt.BEST
+        if self.run.final == "best":
+            if best.is_dir():
+                return [best]
+            log.warning("train.final = 'best', but no validation ran: the final model is the last weights")
+            return []
+        last = ckpt.list_checkpoints(self.ckpt_root)[-self.run.average_last:]
+        return last if self.run.average_last > 1 else []
 
     # -- feedback ---------------------------------------------------------------------------
     def _applied_lr(self) -> float:
