@@ -36,3 +36,35 @@ def test_self_attention_maps_and_plot(tmp_path, kind):
     assert main(["plot", "attention", "--model", str(tmp_path), "--sentence", "the cat sat",
                  "--output", str(tmp_path / "a.png")]) == 0
     assert (tmp_path / "a.png").stat().st_size > 1000
+
+
+def test_vit_cls_to_patch_attention(tmp_path):
+    """ViT: row 0 of each layer's self-attention, without its [CLS] column, laid on the 4x4 patch grid."""
+    pytest.importorskip("sklearn", reason="the digits come with scikit-learn (the vision extra)")
+    import json
+
+    from aiayn.plots.patches import cls_patch_attention, plot_patch_attention
+    from aiayn.tasks.vision import load_digits, patches
+
+    torch.manual_seed(0)
+    vit = EncoderOnly(EncoderOnlyConfig(vocab_size=1, d_model=16, n_heads=2, n_layers=3, d_ff=32, input="patches",
+                                        patch_dim=4, n_classes=10, max_positions=17))
+    vit.save_pretrained(tmp_path)
+    (tmp_path / "task.json").write_text(json.dumps({"task": "image-classify", "labels": list("0123456789"),
+                                                    "patch_size": 2}))
+    att = cls_patch_attention(tmp_path, index=5)
+    assert att.cls.shape == (3, 2, 16)
+    x = torch.from_numpy(patches(att.image[None], 2))
+    with torch.no_grad():
+        expected = torch.stack([w[0, :, 0, 1:] for w in vit.eval().attention(x)]).numpy()
+    np.testing.assert_allclose(att.cls, expected, atol=1e-6)
+    assert np.all(att.cls.sum(-1) < 1.0)  # the rest went to [CLS] itself
+    np.testing.assert_allclose(att.grid(1), expected[1].mean(0).reshape(4, 4), atol=1e-6)
+    images, _ = load_digits()
+    assert any(np.array_equal(att.image, im) for im in images)
+    fig, arrays = plot_patch_attention(att)
+    assert set(arrays) == {"image", "layer0", "layer1", "layer2"}
+    _, per_head = plot_patch_attention(att, layer=2)
+    np.testing.assert_allclose(per_head["layer2/head1"], expected[2, 1].reshape(4, 4), atol=1e-6)
+    assert main(["plot", "attention", "--model", str(tmp_path), "--image", "5", "-o", str(tmp_path / "v.png")]) == 0
+    assert main(["plot", "attention", "--model", str(tmp_path), "--image", "9999", "-o", str(tmp_path / "w.png")]) == 2

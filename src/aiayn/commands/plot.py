@@ -26,7 +26,10 @@ def add_arguments(p) -> None:
         q.add_argument("--size", help="picture size in pixels, WIDTHxHEIGHT (default: 1000x700; mask 1000x420)")
     a = parsers["attention"]
     a.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer.json)")
-    a.add_argument("--sentence", required=True, help="source sentence to translate (greedy) and draw")
+    which = a.add_mutually_exclusive_group(required=True)
+    which.add_argument("--sentence", help="source sentence to translate (greedy) and draw")
+    which.add_argument("--image", type=int, help="for a ViT (task image-classify): the index of a held-out digit; "
+                                                 "draws [CLS]'s attention to each patch, per layer (or per head of --layer)")
     a.add_argument("--part", choices=("cross", "encoder", "decoder", "all"),
                    help="which attention: encoder self, decoder masked self, cross, or all (default: cross; for a "
                         "decoder-only or encoder-only model its self-attention over the sentence, nothing generated)")
@@ -78,6 +81,10 @@ def _figure(args, size: dict):
     """Draw the figure of args.kind; `size` is {} (each plot's default) or {"size": (w, h)}."""
     from aiayn import plots
 
+    if args.kind == "attention" and args.image is not None:
+        att = plots.cls_patch_attention(args.model, args.image)
+        print(f"image {args.image} of the test split: label {att.label}, predicted {att.prediction} ({att.probability:.0%})")
+        return plots.plot_patch_attention(att, args.layer, **size)
     if args.kind == "attention":
         maps = plots.attention_for_sentence(args.model, args.sentence, max_len_b=args.max_len_b)
         print(f"source: {' '.join(maps.src_labels)}")

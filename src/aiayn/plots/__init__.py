@@ -12,12 +12,13 @@ from aiayn.plots.attention import (
 from aiayn.plots.complexity import plot_complexity
 from aiayn.plots.curves import plot_curves, read_metrics
 from aiayn.plots.masks import plot_masks
+from aiayn.plots.patches import PatchAttention, cls_patch_attention, plot_patch_attention
 from aiayn.plots.positional import plot_positional
 from aiayn.plots.scaling import plot_scaling, scaling_experiment
 from aiayn.plots.schedule import plot_schedule
 
 __all__ = [
-    "AttentionMaps", "attention_for_sentence", "decode_with_attention", "forward_attention", "new_figure",
-    "plot_attention", "plot_complexity", "plot_curves", "plot_masks", "plot_positional", "plot_scaling", "plot_schedule",
+    "AttentionMaps", "PatchAttention", "attention_for_sentence", "cls_patch_attention", "decode_with_attention", "forward_attention", "new_figure",
+    "plot_attention", "plot_complexity", "plot_patch_attention", "plot_curves", "plot_masks", "plot_positional", "plot_scaling", "plot_schedule",
     "read_metrics", "save_attention_plot", "save_png", "scaling_experiment",
 ]

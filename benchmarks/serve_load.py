@@ -1,0 +1,252 @@
+"""Load test of `aiayn serve` on loopback: throughput and latency at 1, 8, 32 and 128 clients.
+
+Each client sends one real sentence per request (Multi30k validation sources, German) to
+`POST /v1/translate` and waits for the answer before sending the next, until the bounded list
+of sentences is used up. The same sentences go, in one run, to:
+
+    batched      `aiayn serve MODEL` as shipped (dynamic batching: up to --max-batch texts or
+                 --max-wait-ms, whichever comes first)
+    unbatched    the same server with `--max-batch 1`: one request decoded at a time, the
+                 "Flask app" that fairseq and OpenNMT users are told to write
+    ctranslate2  `aiayn serve --backend ctranslate2` on the model exported by
+                 `aiayn export ctranslate2` (with --ctranslate2; float32 unless --quantization)
+    in-process   `Translator.translate` on the whole list in one call (its own batching), in
+                 this process: the ceiling a server can approach
+
+Every server is a separate process (`python -m aiayn serve`) on a free loopback port; the
+clients are asyncio tasks over one httpx connection pool in this process, on the same cores.
+
+Two more checks, bounded in time:
+    overflow     128 clients against a server whose queue holds 8: every answer must be a 200 or
+                 a 503 (with Retry-After), never a timeout, a reset or a 5xx of another kind
+    soak         --soak-seconds of 32 clients cycling the sentences; the server's resident
+                 memory (VmRSS) is read at the start and at the end
+
+    python benchmarks/serve_load.py [--model runs/multi30k-de-en/model] [--requests 256]
+                                    [--ctranslate2] [--soak-seconds 120] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import gzip
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENTS = (1, 8, 32, 128)
+VALID = SHARED_DATA / "multi30k" / "val.de.gz"
+
+
+# -- servers ------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(model: Path, *options: str, log: Path):
+    """`python -m aiayn serve MODEL OPTIONS` on a free port until the block ends; yields (url, pid)."""
+    import httpx
+
+    port = free_port()
+    command = [sys.executable, "-m", "aiayn", "serve", str(model), "--port", str(port), "--device", "cpu", *options]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not answer /health in 180 s: {log}")
+            time.sleep(0.2)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# -- clients ------------------------------------------------------------------------------------
+async def _client(http, url: str, todo: collections.deque, latencies: list, outcomes: collections.Counter,
+                  deadline: float | None) -> None:
+    import httpx
+
+    while todo and (deadline is None or time.monotonic() < deadline):
+        sentence = todo.popleft()
+        if deadline is not None:
+            todo.append(sentence)  # the soak cycles the sentences
+        start = time.perf_counter()
+        try:
+            response = await http.post(f"{url}/v1/translate", json={"text": [sentence]})
+            outcome = response.status_code
+            if outcome == 503 and "retry-after" not in response.headers:
+                outcome = "503 without Retry-After"
+        except httpx.TimeoutException:
+            outcome = "timeout"
+        except httpx.HTTPError as e:
+            outcome = type(e).__name__
+        outcomes[outcome] += 1
+        if outcome == 200:
+            latencies.append(time.perf_counter() - start)
+
+
+async def _load(url: str, sentences: list[str], clients: int, seconds: float | None, timeout: float) -> dict:
+    import httpx
+
+    todo = collections.deque(sentences)
+    latencies: list[float] = []
+    outcomes: collections.Counter = collections.Counter()
+    pool = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(limits=pool, timeout=timeout) as http:
+        start = time.perf_counter()
+        deadline = None if seconds is None else time.monotonic() + seconds
+        await asyncio.gather(*(_client(http, url, todo, latencies, outcomes, deadline) for _ in range(clients)))
+        wall = time.perf_counter() - start
+    return summarize(latencies, outcomes, wall, clients)
+
+
+def load(url: str, sentences: list[str], clients: int, seconds: float | None = None, timeout: float = 120.0) -> dict:
+    """`clients` concurrent clients until the sentences (or `seconds`) run out."""
+    return asyncio.run(_load(url, sentences, clients, seconds, timeout))
+
+
+def summarize(latencies: list[float], outcomes: collections.Counter, wall: float, clients: int) -> dict:
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else [float("nan")] * 99
+    errors = {str(k): v for k, v in outcomes.items() if k != 200}
+    return {"clients": clients, "ok": outcomes[200], "errors": sum(errors.values()), "error_kinds": errors,
+            "sent_per_s": outcomes[200] / wall, "p50_ms": 1000 * cuts[49], "p95_ms": 1000 * cuts[94],
+            "p99_ms": 1000 * cuts[98], "seconds": wall}
+
+
+def in_process(model: Path, sentences: list[str]) -> dict:
+    """Translator.translate on the whole list in one call, in this process."""
+    from aiayn.decoding.translator import Translator
+
+    translator = Translator.from_pretrained(model)
+    translator.translate(sentences[:8])  # warm-up
+    start = time.perf_counter()
+    translator.translate(sentences)
+    wall = time.perf_counter() - start
+    return {"clients": "-", "ok": len(sentences), "errors": 0, "sent_per_s": len(sentences) / wall, "seconds": wall}
+
+
+# -- the run ------------------------------------------------------------------------------------
+def read_sentences(n: int) -> list[str]:
+    with gzip.open(VALID, "rt", encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    if len(lines) < n:
+        raise SystemExit(f"{VALID}: {len(lines)} sentences, fewer than --requests {n}")
+    return lines[:n]
+
+
+def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...]) -> list[dict]:
+    load(url, sentences[:16], 4)  # warm-up: threads, allocator, first shapes
+    rows = []
+    for n in clients:
+        row = {"server": name, **load(url, sentences, n)}
+        print(f"  {name:12s} {n:4d} clients: {row['sent_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
+              f"errors {row['errors']}", file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def export_ctranslate2(model: Path, out: Path, quantization: str) -> Path:
+    subprocess.run([sys.executable, "-m", "aiayn", "export", "ctranslate2", str(model), str(out),
+                    "--quantization", quantization], check=True)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", type=Path, default=ROOT / "runs" / "multi30k-de-en" / "model",
+                   help="a translation model directory (default: the Multi30k recipe's)")
+    p.add_argument("--requests", type=int, default=256, help="sentences per measurement (default: 256)")
+    p.add_argument("--clients", default=",".join(map(str, CLIENTS)), help="concurrency levels (default: 1,8,32,128)")
+    p.add_argument("--ctranslate2", action="store_true", help="add the ctranslate2 backend (needs aiayn[ct2])")
+    p.add_argument("--quantization", default="float32", help="of the ctranslate2 export (default: float32)")
+    p.add_argument("--soak-seconds", type=float, default=120.0, help="memory soak at 32 clients; 0 = skip")
+    add_common_arguments(p)
+    args = p.parse_args()
+    if not (args.model / "config.json").is_file():
+        raise SystemExit(f"{args.model}: no model directory (train one: aiayn train recipes/multi30k-de-en.toml)")
+    clients = tuple(int(c) for c in args.clients.split(","))
+    sentences = read_sentences(args.requests)
+    set_threads(args.threads)  # this process's, for the in-process row; the servers use torch's default
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        logs = Path(tmp)
+        with server(args.model, log=logs / "batched.log") as (url, _):
+            rows += sweep("batched", url, sentences, clients)
+        with server(args.model, "--max-batch", "1", log=logs / "unbatched.log") as (url, _):
+            rows += sweep("unbatched", url, sentences, clients)
+        if args.ctranslate2:
+            exported = export_ctranslate2(args.model, logs / "ct2", args.quantization)
+            with server(exported, "--backend", "ctranslate2", log=logs / "ct2.log") as (url, _):
+                rows += sweep("ctranslate2", url, sentences, clients)
+        rows.append({"server": "in-process", **in_process(args.model, sentences)})
+        with server(args.model, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
+            overflow = load(url, sentences, 128)
+        soak = None
+        if args.soak_seconds > 0:
+            with server(args.model, log=logs / "soak.log") as (url, pid):
+                load(url, sentences[:32], 32)
+                before = rss_mib(pid)
+                soak = {**load(url, sentences, 32, seconds=args.soak_seconds), "rss_start_mib": before,
+                        "rss_end_mib": rss_mib(pid)}
+    report(rows, overflow, soak, args)
+
+
+def rate(rows: list[dict], server_name: str, clients) -> float:
+    return next((r["sent_per_s"] for r in rows if r["server"] == server_name and r["clients"] == clients), float("nan"))
+
+
+def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
+    print(f"model {args.model}, {args.requests} Multi30k validation sentences per row, one per request")
+    print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
+                              ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
+                              ("errors", "errors", "")]))
+    inproc = rate(rows, "in-process", "-")
+    ratios = {"batched_vs_unbatched_at_32": rate(rows, "batched", 32) / rate(rows, "unbatched", 32),
+              "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc}
+    if args.ctranslate2:
+        ratios["ctranslate2_vs_batched_at_32"] = rate(rows, "ctranslate2", 32) / rate(rows, "batched", 32)
+    print()
+    for name, value in ratios.items():
+        print(f"{name.replace('_', ' ')}: {value:.2f}x")
+    print(f"\noverflow (128 clients, queue of 8): {overflow['ok']} answered, error kinds {overflow['error_kinds']} "
+          "(only 503 is acceptable)")
+    if soak:
+        print(f"soak ({args.soak_seconds:.0f} s, 32 clients): {soak['ok']} answered, {soak['errors']} errors, "
+              f"RSS {soak['rss_start_mib']:.0f} MiB at the start, {soak['rss_end_mib']:.0f} MiB at the end")
+    if args.json:
+        emit_json({"rows": rows, "ratios": ratios, "overflow": overflow, "soak": soak})
+
+
+if __name__ == "__main__":
+    main()
