@@ -4,7 +4,7 @@ All decoders run the same model: the `small` preset (d_model 256, 4 heads, 3+3 l
 d_ff 1024) with an 8000-token joint vocabulary and untrained, seeded weights. Hugging
 Face gets a `MarianMTModel` with our weights copied in (same architecture: post-norm,
 scaled tied embeddings, ReLU FFN, sinusoidal positions), CTranslate2 a model converted
-from our weights with its spec API (fp32 and int8). Greedy outputs of the three are
+from our weights with its spec API (`aiayn.export.ctranslate2`, fp32 and int8). Greedy outputs of the three are
 compared as a check of the conversions. Sources are 30 tokens (29 random + EOS); every
 decoder is forced to produce exactly 40 target tokens (EOS forbidden before 40, at most
 40), so tokens/s = batch · 40 / seconds, the whole translation (encoder included) timed.
@@ -63,7 +63,6 @@ def ours(model, src, beam: int) -> list[list[int]]:
 # -- textbook: recompute the whole prefix at every step -------------------------------------
 @torch.inference_mode()
 def textbook(model, src, beam: int) -> list[list[int]]:
-    cfg = model.config
     enc = model.encode(src)
     B = src.shape[0]
     dev = src.device
@@ -140,67 +139,18 @@ def hf_generate(hf, src, beam: int) -> list[list[int]]:
     return [row[1:] for row in out.tolist()]  # drop the decoder start token
 
 
-# -- CTranslate2, converted from our weights with the spec API ----------------------------------
+# -- CTranslate2, converted from our weights with the spec API (aiayn.export.ctranslate2) ---------
 def ct2_convert(model: Transformer, out_dir: Path, quantization: str | None) -> Path:
-    """Write a CTranslate2 model of `model` (post-norm Transformer, OpenNMT-py layout)."""
-    import numpy as np
-    from ctranslate2.specs import common_spec, transformer_spec
+    """Write a CTranslate2 model of `model` with placeholder pieces t4, t5, ... for the ids."""
+    from aiayn.export.ctranslate2 import convert_transformer
 
     c = model.config
-    assert not c.norm_first, "this converter handles the paper's post-norm layout"
-    spec = transformer_spec.TransformerSpec.from_config(
-        (c.n_encoder_layers, c.n_decoder_layers), c.n_heads, pre_norm=False,
-        activation=common_spec.Activation.RELU)
-    spec.config.layer_norm_epsilon = c.layer_norm_eps
-    arr = lambda t: t.detach().float().numpy().copy()  # noqa: E731
-    table = arr(model.encoder.positions(512))
-    for side, stack in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
-        embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
-        embeddings.weight = arr(stack.embed.weight)
-        side.scale_embeddings = True
-        side.position_encodings.encodings = table
-        for layer_spec, layer in zip(side.layer, stack.layers):
-            _ct2_attention(layer_spec.self_attention, layer.self_attn, arr, fused=True)
-            _ct2_norm(layer_spec.self_attention.layer_norm, layer.sa_conn.norm, arr)
-            if hasattr(layer, "cross_attn"):
-                _ct2_attention(layer_spec.attention, layer.cross_attn, arr, fused=False)
-                _ct2_norm(layer_spec.attention.layer_norm, layer.ca_conn.norm, arr)
-            _ct2_linear(layer_spec.ffn.linear_0, layer.ff.linear1, arr)
-            _ct2_linear(layer_spec.ffn.linear_1, layer.ff.linear2, arr)
-            _ct2_norm(layer_spec.ffn.layer_norm, layer.ff_conn.norm, arr)
-    spec.decoder.projection.weight = arr(model.decoder.embed.weight)
-    spec.decoder.projection.bias = np.zeros(c.tgt_vocab_size, dtype=np.float32)
-    vocab = ["<blank>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, c.src_vocab_size)]
-    spec.register_source_vocabulary(vocab)
-    spec.register_target_vocabulary(vocab[: c.tgt_vocab_size])
-    spec.validate()
-    spec.optimize(quantization=quantization)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec.save(str(out_dir))
-    return out_dir
-
-
-def _ct2_linear(spec, linear, arr) -> None:
-    spec.weight = arr(linear.weight)
-    spec.bias = arr(linear.bias)
-
-
-def _ct2_norm(spec, norm, arr) -> None:
-    spec.gamma, spec.beta = arr(norm.weight), arr(norm.bias)
-
-
-def _ct2_attention(spec, mha, arr, fused: bool) -> None:
-    D = mha.d_model
-    if fused:  # self-attention: one (3D, D) projection, our layout already
-        spec.linear[0].weight, spec.linear[0].bias = arr(mha.in_proj.weight), arr(mha.in_proj.bias)
-    else:  # encoder-decoder attention: query, then fused keys+values
-        spec.linear[0].weight, spec.linear[0].bias = arr(mha.in_proj.weight[:D]), arr(mha.in_proj.bias[:D])
-        spec.linear[1].weight, spec.linear[1].bias = arr(mha.in_proj.weight[D:]), arr(mha.in_proj.bias[D:])
-    _ct2_linear(spec.linear[-1], mha.out_proj, arr)
+    vocab = [_piece(i) for i in range(c.src_vocab_size)]
+    return convert_transformer(model, out_dir, quantization, vocab, vocab[: c.tgt_vocab_size])
 
 
 def ct2_translate(translator, src, beam: int) -> list[list[int]]:
-    tokens = [[_piece(i) for i in row] for row in src.tolist()]
+    tokens = [[_piece(i) for i in row[:-1]] for row in src.tolist()]  # the model adds EOS itself
     results = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=OUT_LEN,
                                          min_decoding_length=OUT_LEN, length_penalty=0.0,
                                          suppress_sequences=[["<blank>"], ["<s>"]],  # PAD, BOS: as ours

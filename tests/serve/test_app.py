@@ -1,12 +1,6 @@
 """`aiayn serve`: the LibreTranslate API in its three request styles, the native API with attention,
 every bad input as a clear 4xx, operations endpoints, and deep-translator as a real client."""
 
-import dataclasses
-import json
-import socket
-import threading
-import time
-
 import pytest
 import torch
 
@@ -15,27 +9,10 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from aiayn.config import DecodeConfig, TransformerConfig  # noqa: E402
-from aiayn.data.synthetic import symbols  # noqa: E402
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers  # noqa: E402
-from aiayn.models import Transformer  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
 
 SENTENCE = "a b c d"
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    """A tiny translation model directory announcing the pair de -> en."""
-    torch.manual_seed(0)
-    directory = tmp_path_factory.mktemp("model")
-    Transformer(TransformerConfig.preset("tiny", src_vocab_size=14)).save_pretrained(directory)
-    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(symbols(10))), directory)
-    decode = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=6))
-    (directory / "task.json").write_text(json.dumps({"task": "translation", "languages": ["de", "en"],
-                                                     "decode": decode}))
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -117,30 +94,12 @@ def test_api_key_and_operations(model_dir):
         assert c.get("/openapi.json").status_code == 200
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_deep_translator_libretranslator_works_unchanged(model_dir):
+def test_deep_translator_libretranslator_works_unchanged(model_dir, live_server):
     """A real LibreTranslate client over a real socket: it sends its fields as query parameters
     on a POST, always with an api_key, which a server without --api-key ignores."""
     pytest.importorskip("deep_translator", reason="the test extra installs deep-translator")
-    import uvicorn
     from deep_translator import LibreTranslator
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(model_dir), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        for _ in range(100):
-            if server.started:
-                break
-            time.sleep(0.05)
-        translator = LibreTranslator(source="de", target="en", api_key="anything", custom_url=f"http://127.0.0.1:{port}/")
-        assert translator.translate(SENTENCE) == expected(model_dir)
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    url = live_server(create_app(model_dir))
+    translator = LibreTranslator(source="de", target="en", api_key="anything", custom_url=f"{url}/")
+    assert translator.translate(SENTENCE) == expected(model_dir)

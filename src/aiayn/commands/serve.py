@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aiayn.runtime import DEVICES_HELP
-from aiayn.serve.app import ServeLimits
+from aiayn.serve.app import BACKENDS, ServeLimits
 from aiayn.serve.batcher import BatchConfig
 from aiayn.training.config import RunConfig
 
@@ -13,7 +13,11 @@ _B, _L = BatchConfig(), ServeLimits()
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", help="model directory written by `aiayn train` (translation, summarization or qa)")
+    p.add_argument("model", help="model directory written by `aiayn train` (translation, summarization or qa), "
+                                 "or with --backend ctranslate2 one written by `aiayn export ctranslate2`")
+    p.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
+                   help="decode with aiayn itself (native, the default) or with CTranslate2 (ctranslate2: "
+                        "an export directory; no attention weights)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
@@ -37,5 +41,5 @@ def run(args) -> int:
 
     batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout)
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key)
-    serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits)
+    serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend)
     return 0

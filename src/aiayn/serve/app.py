@@ -14,6 +14,11 @@ Summarization and QA model directories get POST /v1/summarize and /v1/answer ins
 translation routes: `TASK_ROUTES` maps the task in a model directory's task.json to the
 function that adds its routes, so a new task adds one entry.
 
+Backends (`load_backend`, the one place that chooses): "native" decodes with aiayn's own
+`Translator` on a model directory; "ctranslate2" with `aiayn.export.ct2_translator.CT2Translator` on a
+directory written by `aiayn export ctranslate2`, behind the same routes. It has no attention
+weights: a request for them answers 400.
+
 Limits (`ServeLimits`) turn bad input into a 4xx that hurts nobody else: 413 for text over
 `max_chars` or more than `max_texts` texts, 422 for a wrong type, an empty `q` or an unknown
 field, 403 for a wrong `api_key` when the server has one, 503 (with Retry-After) when the
@@ -92,16 +97,19 @@ async def request_fields(request) -> dict[str, Any]:
 class ModelService:
     """The loaded model of one directory, its task's entry point, and the batcher in front of it."""
 
-    def __init__(self, model_dir: str | Path, device: str, batching: BatchConfig, limits: ServeLimits):
+    def __init__(self, model_dir: str | Path, device: str, batching: BatchConfig, limits: ServeLimits,
+                 backend: str = "native"):
         from aiayn.tasks.base import read_task_info
 
-        self.model_dir, self.limits = Path(model_dir), limits
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+        self.model_dir, self.limits, self.backend = Path(model_dir), limits, backend
         self.info = read_task_info(model_dir)
         self.task = self.info.get("task", "translation")
         if self.task not in TASK_ROUTES:
             raise ValueError(f"{model_dir}: aiayn serve has no routes for task {self.task!r} "
                              f"(it serves {', '.join(TASK_ROUTES)})")
-        self.pipeline = _load_pipeline(self.task, model_dir, device)
+        self.pipeline = _load_pipeline(self.task, load_backend(backend, model_dir, device))
         self.translator = getattr(self.pipeline, "translator", self.pipeline)
         self.batcher = DynamicBatcher(self._run, batching)
 
@@ -131,14 +139,30 @@ class ModelService:
         return pair[0], pair[1]
 
 
-def _load_pipeline(task: str, model_dir, device: str):
-    from aiayn.tasks.qa import QA
+BACKENDS = ("native", "ctranslate2")
+
+
+def load_backend(backend: str, model_dir: str | Path, device: str):
+    """The translator of `model_dir`: aiayn's `Translator` ("native") or, for a directory written by
+    `aiayn export ctranslate2`, a `CT2Translator` ("ctranslate2"); both set up as its task.json says."""
+    from aiayn.export import MANIFEST
+
+    if backend == "ctranslate2":
+        from aiayn.export.ct2_translator import CT2Translator
+
+        return CT2Translator.from_pretrained(model_dir, device=device)
+    if (Path(model_dir) / MANIFEST).is_file():
+        raise ValueError(f"{model_dir}: a CTranslate2 export ({MANIFEST}); serve it with --backend ctranslate2")
     from aiayn.tasks.seq2seq import load_translator
+
+    return load_translator(model_dir, device)
+
+
+def _load_pipeline(task: str, translator):
+    from aiayn.tasks.qa import QA
     from aiayn.tasks.summarization import Summarizer
 
-    if task == "translation":
-        return load_translator(model_dir, device)
-    return {"summarization": Summarizer, "qa": QA}[task].from_pretrained(model_dir, device=device)
+    return translator if task == "translation" else {"summarization": Summarizer, "qa": QA}[task](translator)
 
 
 def cross_attention(translator, source: str, output: str) -> dict:
@@ -202,6 +226,9 @@ def translation_routes(app, service: ModelService) -> None:
     @app.post("/v1/translate", summary="translation with decoding options, scores and attention")
     async def native(body: NativeRequest):
         texts = check_texts(body.text, limits, "text")
+        if body.return_attention and service.backend != "native":
+            raise HTTPProblem(400, f"return_attention: attention weights are not available with the "
+                                   f"{service.backend} backend")
         beam = body.beam_size if body.method == "beam" else 1
         nbest = min(body.nbest, beam) if beam > 1 else None
         results = await service.decode(texts, method=body.method, beam_size=beam, length_penalty=body.length_penalty,
@@ -263,15 +290,16 @@ def check_key(given: Any, limits: ServeLimits) -> None:
 
 # -- the application ---------------------------------------------------------------------------
 def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig = BatchConfig(),
-               limits: ServeLimits = ServeLimits()):
-    """The FastAPI application serving `model_dir`; the batcher stops (finishing its queue) on shutdown."""
+               limits: ServeLimits = ServeLimits(), backend: str = "native"):
+    """The FastAPI application serving `model_dir` with `backend` (see `BACKENDS`); the batcher stops
+    (finishing its queue) on shutdown."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse
 
-    service = ModelService(model_dir, device, batching, limits)
+    service = ModelService(model_dir, device, batching, limits, backend)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -292,7 +320,7 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "task": service.task, "model": str(model_dir)}
+        return {"status": "ok", "task": service.task, "model": str(model_dir), "backend": service.backend}
 
     @app.get("/metrics")
     async def metrics():
@@ -307,11 +335,11 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
 
 def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
-          batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits()) -> None:
+          batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits(), backend: str = "native") -> None:
     """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting and finishes in-flight requests."""
     import uvicorn
 
-    uvicorn.run(create_app(model_dir, device, batching, limits), host=host, port=port, log_level="info",
+    uvicorn.run(create_app(model_dir, device, batching, limits, backend), host=host, port=port, log_level="info",
                 timeout_graceful_shutdown=30)
 
 

@@ -1,0 +1,108 @@
+"""BLEU of a trained model decoded by aiayn and by its CTranslate2 exports (float32 and int8).
+
+The model directory (default: runs/multi30k-de-en/model, trained by recipes/multi30k-de-en.toml) is
+exported to a temporary directory with `aiayn.export.export_ctranslate2`, once per quantization, and
+Multi30k test_2016_flickr (de -> en) is translated with beam 4 and the same length penalty by
+(a) aiayn's `Translator`, (b) CTranslate2 float32 and (c) CTranslate2 int8 (`CT2Translator`, as
+`aiayn serve --backend ctranslate2` uses it). Scores are sacreBLEU on detokenized text. Targets:
+float32 within 0.1 BLEU of aiayn, int8 within 0.5. "same" counts outputs identical to aiayn's.
+
+    .venv/bin/python benchmarks/export_bleu.py [--limit N] [--threads 2] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
+
+from aiayn.config import DecodeConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = {"float32": 0.1, "int8": 0.5}  # largest |BLEU - aiayn's BLEU| accepted
+
+
+def read_lines(path: Path, limit: int) -> list[str]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (Multi30k, see ../shared/data/multi30k/SOURCE.md)")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f]
+    return lines[:limit] if limit > 0 else lines
+
+
+def decode(name: str, translator, sources: list[str], refs: list[str], options: dict) -> dict:
+    from aiayn.metrics import bleu
+
+    hyps = translator.translate(sources, **options)
+    score = bleu(hyps, refs)
+    print(f"{name}: {score.detail}", file=sys.stderr)
+    return {"system": name, "bleu": score.score, "hyps": hyps, "signature": score.signature}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", type=Path, default=ROOT / "runs" / "multi30k-de-en" / "model")
+    p.add_argument("--data-dir", type=Path, default=SHARED_DATA / "multi30k")
+    p.add_argument("--split", default="test_2016_flickr")
+    p.add_argument("--langs", nargs=2, default=["de", "en"], metavar=("SRC", "TGT"))
+    p.add_argument("--beam", type=int, default=DecodeConfig().beam_size, help="beam size (default: 4)")
+    p.add_argument("--length-penalty", type=float, default=DecodeConfig().length_penalty,
+                   help="GNMT alpha (default: 0.6)")
+    p.add_argument("--limit", type=int, default=0, help="the first N sentences only (default: all)")
+    add_common_arguments(p)
+    args = p.parse_args(argv)
+    threads = set_threads(args.threads)
+    sources = read_lines(args.data_dir / f"{args.split}.{args.langs[0]}.gz", args.limit)
+    refs = read_lines(args.data_dir / f"{args.split}.{args.langs[1]}.gz", args.limit)
+    options = {"method": "beam", "beam_size": args.beam, "length_penalty": args.length_penalty}
+    rows = run(args.model_dir, sources, refs, options, threads)
+    report(rows, args, len(sources), threads)
+    return 0
+
+
+def run(model_dir: Path, sources: list[str], refs: list[str], options: dict, threads: int) -> list[dict]:
+    from aiayn.export import export_ctranslate2
+    from aiayn.export.ct2_translator import CT2Translator
+    from aiayn.tasks.seq2seq import load_translator
+
+    rows = [decode("aiayn", load_translator(model_dir), sources, refs, options)]
+    rows[0].update(quantization="float32", model_mb=(model_dir / "model.safetensors").stat().st_size / 2**20)
+    with tempfile.TemporaryDirectory(prefix="aiayn-export-") as tmp:
+        for quantization in TARGETS:
+            out = export_ctranslate2(model_dir, Path(tmp) / quantization, quantization)
+            translator = CT2Translator.from_pretrained(out, threads=threads)
+            row = decode(f"ct2 {quantization}", translator, sources, refs, options)
+            row.update(quantization=quantization, model_mb=(out / "model.bin").stat().st_size / 2**20)
+            rows.append(row)
+    reference = rows[0]["hyps"]
+    for row in rows:
+        row["delta"] = row["bleu"] - rows[0]["bleu"]
+        row["same"] = sum(a == b for a, b in zip(row.pop("hyps"), reference)) / len(sources)
+    return rows
+
+
+def report(rows: list[dict], args, n: int, threads: int) -> None:
+    print(f"{args.model_dir}, {args.split} {args.langs[0]}->{args.langs[1]}, {n} sentences, beam {args.beam}, "
+          f"length penalty {args.length_penalty} (GNMT), {threads} threads")
+    print(format_table(rows, [("system", "system", ""), ("bleu", "BLEU", ".2f"), ("delta", "vs aiayn", "+.2f"),
+                              ("same", "same output", ".1%"), ("model_mb", "model MB", ".1f")]))
+    print(f"sacreBLEU signature: {rows[0]['signature']}")
+    checks = {q: abs(next(r for r in rows if r["system"] == f"ct2 {q}")["delta"]) <= limit
+              for q, limit in TARGETS.items()}
+    for q, ok in checks.items():
+        print(f"ct2 {q} within {TARGETS[q]} BLEU of aiayn: {'yes' if ok else 'NO'}")
+    if args.json:
+        emit_json({"model_dir": str(args.model_dir), "split": args.split, "n_sentences": n, "beam_size": args.beam,
+                   "length_penalty": args.length_penalty, "threads": threads, "signature": rows[0]["signature"],
+                   "rows": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "signature"}
+                            for r in rows],
+                   "within_target": checks})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

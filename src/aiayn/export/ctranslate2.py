@@ -1,0 +1,271 @@
+"""Export a Transformer encoder-decoder to CTranslate2 (its spec API; the optional `ct2` extra).
+
+An export directory (`export_ctranslate2`) holds:
+
+    model.bin, config.json, shared_vocabulary.json   CTranslate2's model (or source_/target_vocabulary.json
+                                                     when the two sides have their own vocabularies)
+    tokenizer.json + tokenizer files                 aiayn's tokenizers, as in the model directory
+    task.json                                        the model directory's, when it has one (decoding
+                                                     defaults, language pair, how sources are cut)
+    aiayn_export.json                                this manifest: where it came from and how
+
+What maps onto CTranslate2's `TransformerSpec`: post-norm (the paper) and pre-norm (with the final
+norm of each stack), ReLU feed-forward, scaled ("scaled_dot") or unscaled ("dot") dot-product
+attention, sinusoidal or learned positions (written out as a table: CTranslate2's built-in
+sinusoids put the sines and cosines in two halves, ours interleave them, §3.5), embeddings scaled by
+sqrt(d_model), shared or separate embeddings and a tied or separate output projection. Additive
+attention has no CTranslate2 counterpart and is refused.
+
+Vocabulary: each side's tokenizer pieces by id, so ids map one to one and the model also works with
+the plain sentencepiece model. Sources get EOS from CTranslate2 itself (`add_source_eos`), as aiayn
+appends it (`aiayn.decoding.encode_source`); the decoder starts from BOS ("<s>").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+log = logging.getLogger(__name__)
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32")
+MANIFEST = "aiayn_export.json"
+MANIFEST_VERSION = 1
+INSTALL_HINT = "pip install 'aiayn[ct2]'"
+
+
+class CTranslate2Missing(ImportError, RuntimeError):
+    """ctranslate2 is not installed. A RuntimeError too, so that the CLI reports it in one line."""
+
+
+def require_ctranslate2():
+    """The ctranslate2 module, or an error that says how to install it."""
+    try:
+        import ctranslate2
+    except ImportError as e:
+        raise CTranslate2Missing(f"ctranslate2 is not installed ({e}); {INSTALL_HINT}") from None
+    return ctranslate2
+
+
+def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization: str = "float32") -> Path:
+    """Convert the model directory `model_dir` into the CTranslate2 export directory `out_dir`.
+
+    `quantization` is how the weights are stored: "float32", or "int8" / "int8_float32", which both
+    store the weight matrices in int8 (about 4x smaller) and differ in the compute type CTranslate2
+    loads them with by default ("int8_float32": float32 for the rest on every device; "int8": its
+    choice per device).
+    The directory is written beside `out_dir` and renamed into place at the end; an existing
+    export there is replaced, any other existing non-empty directory is an error.
+    """
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"cannot export {model_dir}: unknown quantization {quantization!r} "
+                         f"(choose from {', '.join(QUANTIZATIONS)})")
+    ct2 = require_ctranslate2()
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    _check_destination(out_dir)
+    model, tokenizers, info = _read_model_dir(model_dir)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        convert_transformer(model, tmp, quantization, _pieces(tokenizers.src, model_dir),
+                            _pieces(tokenizers.tgt, model_dir))
+        _write_extras(tmp, tokenizers, info, _manifest(model_dir, model, quantization, info, ct2.__version__))
+        _replace_dir(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("exported %s to %s (CTranslate2, %s)", model_dir, out_dir, quantization)
+    return out_dir
+
+
+def read_manifest(export_dir: str | Path) -> dict:
+    """The manifest of an export directory; errors name the file."""
+    path = Path(export_dir) / MANIFEST
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found; is {export_dir} a directory written by "
+                                "`aiayn export ctranslate2`?")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != "ctranslate2":
+        raise ValueError(f"{path}: not a CTranslate2 export manifest")
+    if not isinstance(manifest.get("positions"), int) or manifest["positions"] < 1:
+        raise ValueError(f"{path}: 'positions' must be a positive integer, got {manifest.get('positions')!r}")
+    return manifest
+
+
+# -- the model directory ---------------------------------------------------------------------------
+def _read_model_dir(model_dir: Path):
+    """(model, tokenizers, task info) of an exportable model directory; errors name the file."""
+    from aiayn.data.tokenizer import load_tokenizers
+    from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
+    from aiayn.tasks.base import read_task_info
+
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"{model_dir}: model directory not found")
+    model_type, config = read_config(model_dir)
+    if model_type != Transformer.model_type:
+        raise ValueError(f"{model_dir / CONFIG_FILE}: a {model_type!r} model; only the Transformer "
+                         f"encoder-decoder ({Transformer.model_type!r}) exports to CTranslate2")
+    if config.attention_score == "additive":
+        raise ValueError(f"{model_dir / CONFIG_FILE}: additive attention has no CTranslate2 counterpart "
+                         "(attention_score 'scaled_dot' and 'dot' export)")
+    model, tokenizers = load_model(model_dir), load_tokenizers(model_dir)
+    for side, size in (("src", config.src_vocab_size), ("tgt", config.tgt_vocab_size)):
+        if getattr(tokenizers, side).vocab_size != size:
+            raise ValueError(f"{model_dir}: the {side} tokenizer has {getattr(tokenizers, side).vocab_size} "
+                             f"tokens but {CONFIG_FILE} says {size}")
+    return model, tokenizers, read_task_info(model_dir)
+
+
+def _pieces(tokenizer, model_dir: Path) -> list[str]:
+    """Every id's piece, the CTranslate2 vocabulary; pieces must be distinct to map back to ids."""
+    pieces = tokenizer.pieces(range(tokenizer.vocab_size))
+    if len(set(pieces)) != len(pieces):
+        raise ValueError(f"{model_dir}: the tokenizer has repeated pieces, so CTranslate2 tokens "
+                         "cannot map back to ids")
+    return pieces
+
+
+def _check_destination(out_dir: Path) -> None:
+    """Refuse to replace a non-empty directory that is not an earlier export."""
+    if out_dir.exists() and not (out_dir / MANIFEST).is_file():
+        if not out_dir.is_dir() or any(out_dir.iterdir()):
+            raise FileExistsError(f"{out_dir}: exists and is not an export directory; "
+                                  "remove it or choose another output directory")
+
+
+def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version: str) -> dict:
+    from aiayn import __version__
+    from aiayn.config import DecodeConfig
+
+    c = model.config
+    return {
+        "format": "ctranslate2", "version": MANIFEST_VERSION, "source": str(model_dir.resolve()),
+        "quantization": quantization, "aiayn_version": __version__, "ctranslate2_version": ct2_version,
+        "positions": _table_rows(c),  # rows of the position tables: longer sources are cut, outputs end
+        "model": {"n_encoder_layers": c.n_encoder_layers, "n_decoder_layers": c.n_decoder_layers,
+                  "d_model": c.d_model, "n_heads": c.n_heads, "norm_first": c.norm_first,
+                  "src_vocab_size": c.src_vocab_size, "tgt_vocab_size": c.tgt_vocab_size},
+        "task": info.get("task", "translation"), "languages": info.get("languages"),
+        "decode": info.get("decode", dataclasses.asdict(DecodeConfig())),  # the defaults a translator starts from
+        "task_info": info,  # task.json, also copied beside this file
+    }
+
+
+def _write_extras(directory: Path, tokenizers, info: dict, manifest: dict) -> None:
+    from aiayn.data.tokenizer import save_tokenizers
+    from aiayn.io import atomic_write
+    from aiayn.tasks.base import write_task_info
+
+    save_tokenizers(tokenizers, directory)
+    if info:
+        write_task_info(directory, info)
+    with atomic_write(directory / MANIFEST) as tmp:  # last: a directory with a manifest is complete
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+
+
+def _replace_dir(src: Path, dst: Path) -> None:
+    """Rename `src` to `dst`, an earlier export at `dst` moved aside first and then removed."""
+    old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
+    if dst.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+    os.replace(src, dst)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# -- the conversion ----------------------------------------------------------------------------------
+def convert_transformer(model, out_dir: str | Path, quantization: str | None,
+                        src_vocab: Sequence[str], tgt_vocab: Sequence[str], positions: int | None = None) -> Path:
+    """Write CTranslate2's files for the `aiayn.models.Transformer` `model` into `out_dir`.
+
+    `src_vocab`/`tgt_vocab`: the token string of every id. `positions`: rows of the position
+    table (default: the learned table's size, or max_positions + 256 for sinusoids, so that an
+    output may run past the longest source). `quantization` None keeps float32.
+    """
+    spec = transformer_spec(model, positions)
+    spec.register_source_vocabulary(list(src_vocab))
+    spec.register_target_vocabulary(list(tgt_vocab))
+    spec.validate()
+    spec.optimize(quantization=quantization)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+    return out_dir
+
+
+def transformer_spec(model, positions: int | None = None):
+    """A CTranslate2 `TransformerSpec` holding the weights of `model` (float32 numpy copies)."""
+    import numpy as np
+    from ctranslate2.specs import common_spec, transformer_spec as ts
+
+    c = model.config
+    spec = ts.TransformerSpec.from_config((c.n_encoder_layers, c.n_decoder_layers), c.n_heads,
+                                          pre_norm=c.norm_first, activation=common_spec.Activation.RELU)
+    spec.config.layer_norm_epsilon = c.layer_norm_eps
+    spec.config.add_source_eos = True  # aiayn's sources end with EOS
+    rows = positions or _table_rows(c)
+    for side, stack in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
+        _stack(side, stack, rows, c.attention_score)
+    out = model.output_proj.weight if model.output_proj is not None else model.decoder.embed.weight
+    spec.decoder.projection.weight = _array(out)  # (V_tgt, D)
+    spec.decoder.projection.bias = np.zeros(c.tgt_vocab_size, dtype=np.float32)
+    return spec
+
+
+def _table_rows(config) -> int:
+    return config.max_positions if config.positional == "learned" else config.max_positions + 256
+
+
+def _stack(side, stack, rows: int, attention_score: str) -> None:
+    """One encoder or decoder stack: embeddings, positions, layers and (pre-norm) its final norm."""
+    embeddings = side.embeddings[0] if isinstance(side.embeddings, list) else side.embeddings
+    embeddings.weight = _array(stack.embed.weight)
+    side.scale_embeddings = stack.embed.scale != 1.0
+    side.position_encodings.encodings = _array(stack.positions(rows))  # (rows, D): each stack's own table
+    if stack.final_norm is not None:
+        _norm(side.layer_norm, stack.final_norm)
+    for layer_spec, layer in zip(side.layer, stack.layers):
+        _attention(layer_spec.self_attention, layer.self_attn, attention_score, fused=True)
+        _norm(layer_spec.self_attention.layer_norm, layer.sa_conn.norm)
+        if getattr(layer, "cross_attn", None) is not None:
+            _attention(layer_spec.attention, layer.cross_attn, attention_score, fused=False)
+            _norm(layer_spec.attention.layer_norm, layer.ca_conn.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ff.linear1.weight, layer.ff.linear1.bias)
+        _linear(layer_spec.ffn.linear_1, layer.ff.linear2.weight, layer.ff.linear2.bias)
+        _norm(layer_spec.ffn.layer_norm, layer.ff_conn.norm)
+
+
+def _attention(spec, mha, attention_score: str, fused: bool) -> None:
+    """Our in_proj (3D, D) is [W^Q; W^K; W^V]: CTranslate2 takes it whole for self-attention, and
+    as the query (D, D) then the fused keys+values (2D, D) for encoder-decoder attention."""
+    import numpy as np
+
+    D = mha.d_model
+    w, b = mha.in_proj.weight, mha.in_proj.bias
+    if fused:
+        _linear(spec.linear[0], w, b)
+    else:
+        _linear(spec.linear[0], w[:D], b[:D])
+        _linear(spec.linear[1], w[D:], b[D:])
+    _linear(spec.linear[-1], mha.out_proj.weight, mha.out_proj.bias)
+    if attention_score == "dot":  # no 1/sqrt(Dh) (CTranslate2 scales queries by default)
+        spec.queries_scale = np.float32(1.0)
+
+
+def _linear(spec, weight, bias) -> None:
+    spec.weight, spec.bias = _array(weight), _array(bias)
+
+
+def _norm(spec, norm) -> None:
+    spec.gamma, spec.beta = _array(norm.weight), _array(norm.bias)
+
+
+def _array(tensor) -> Any:
+    return tensor.detach().float().cpu().numpy().copy()
