@@ -94,3 +94,12 @@ def test_patches_as_tokens():
     assert weights[0].shape == (2, 4, 5, 5)  # [CLS] + 4 patches
     with pytest.raises(ValueError, match="exceed max_positions"):
         vit(torch.randn(1, 16, 12))
+
+
+@torch.no_grad()
+def test_mlm_logits_at_chosen_positions_equal_the_full_ones():
+    m = model()
+    x = torch.randint(4, 23, (3, 6))
+    chosen = torch.rand(3, 6) < 0.3
+    chosen[0, 0] = True
+    torch.testing.assert_close(m.mlm_logits(x, chosen), m.mlm_logits(x)[chosen])

@@ -242,9 +242,10 @@ class MLMTask(ClassifyTask):
     def loss(self, model, batch: TextBatch) -> LossSums:
         from aiayn.training.loss import label_smoothed_loss
 
-        logits = model.mlm_logits(batch.tokens)  # (B, T, V)
+        chosen = batch.targets != PAD_ID  # (B, T): the positions in the loss
+        logits = model.mlm_logits(batch.tokens, chosen)  # (M, V)
         with torch.autocast(logits.device.type, enabled=False):
-            return label_smoothed_loss(logits, batch.targets, self.cfg.optim.label_smoothing, PAD_ID)
+            return label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
 
     def n_targets(self, batch: TextBatch) -> int:
         return int((batch.targets != PAD_ID).sum())
