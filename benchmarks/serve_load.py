@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from aiayn.serve.batcher import BatchConfig
+
 from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,6 +192,10 @@ def main() -> None:
     p.add_argument("--clients", default=",".join(map(str, CLIENTS)), help="concurrency levels (default: 1,8,32,128)")
     p.add_argument("--ctranslate2", action="store_true", help="add the ctranslate2 backend (needs aiayn[ct2])")
     p.add_argument("--quantization", default="float32", help="of the ctranslate2 export (default: float32)")
+    p.add_argument("--max-batch", type=int, default=BatchConfig().max_batch,
+                   help=f"the batched servers' --max-batch (default: aiayn serve's, {BatchConfig().max_batch})")
+    p.add_argument("--max-wait-ms", type=float, default=BatchConfig().max_wait_ms,
+                   help=f"the batched servers' --max-wait-ms (default: aiayn serve's, {BatchConfig().max_wait_ms:g})")
     p.add_argument("--soak-seconds", type=float, default=120.0, help="memory soak at 32 clients; 0 = skip")
     add_common_arguments(p)
     args = p.parse_args()
@@ -201,20 +207,21 @@ def main() -> None:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        with server(args.model, log=logs / "batched.log") as (url, _):
+        batching = ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms))
+        with server(args.model, *batching, log=logs / "batched.log") as (url, _):
             rows += sweep("batched", url, sentences, clients)
         with server(args.model, "--max-batch", "1", log=logs / "unbatched.log") as (url, _):
             rows += sweep("unbatched", url, sentences, clients)
         if args.ctranslate2:
             exported = export_ctranslate2(args.model, logs / "ct2", args.quantization)
-            with server(exported, "--backend", "ctranslate2", log=logs / "ct2.log") as (url, _):
+            with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
                 rows += sweep("ctranslate2", url, sentences, clients)
         rows.append({"server": "in-process", **in_process(args.model, sentences)})
-        with server(args.model, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
+        with server(args.model, *batching, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
             overflow = load(url, sentences, 128)
         soak = None
         if args.soak_seconds > 0:
-            with server(args.model, log=logs / "soak.log") as (url, pid):
+            with server(args.model, *batching, log=logs / "soak.log") as (url, pid):
                 load(url, sentences[:32], 32)
                 before = rss_mib(pid)
                 soak = {**load(url, sentences, 32, seconds=args.soak_seconds), "rss_start_mib": before,
