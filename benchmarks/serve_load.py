@@ -19,8 +19,8 @@ clients are asyncio tasks over one httpx connection pool in this process, on the
 Two more checks, bounded in time:
     overflow     128 clients against a server whose queue holds 8: every answer must be a 200 or
                  a 503 (with Retry-After), never a timeout, a reset or a 5xx of another kind
-    soak         --soak-seconds of 32 clients cycling the sentences; the server's resident
-                 memory (VmRSS) is read at the start and at the end
+    soak         --soak-seconds of 32 clients cycling the sentences, after one warm-up pass over
+                 them; the server's resident memory (VmRSS) is read at the start and at the end
 
     python benchmarks/serve_load.py [--model runs/multi30k-de-en/model] [--requests 256]
                                     [--ctranslate2] [--soak-seconds 120] [--json]
@@ -222,7 +222,7 @@ def main() -> None:
         soak = None
         if args.soak_seconds > 0:
             with server(args.model, *batching, log=logs / "soak.log") as (url, pid):
-                load(url, sentences[:32], 32)
+                load(url, sentences, 32)  # one full pass first: every batch shape and allocator pool warmed up
                 before = rss_mib(pid)
                 soak = {**load(url, sentences, 32, seconds=args.soak_seconds), "rss_start_mib": before,
                         "rss_end_mib": rss_mib(pid)}
