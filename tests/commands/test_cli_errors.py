@@ -4,7 +4,6 @@ exit code 2, with no traceback (unless -v); a closed stdout ends the output quie
 import io
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch

@@ -1,11 +1,9 @@
-import torch
-
 import math
 
 import pytest
 import torch
 
-from aiayn.config import BOS_ID, EOS_ID
+from aiayn.config import EOS_ID
 from aiayn.decoding import beam_search, greedy_search
 from aiayn.config import DecodeConfig
 

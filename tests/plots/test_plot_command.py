@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from aiayn.cli import build_parser, main
 from aiayn.commands.plot import _schedule_settings

@@ -1,7 +1,6 @@
 """The language-modelling task: nanoGPT's split, contiguous blocks, the character vocabulary, a
 learning check through `aiayn train`, and generation."""
 
-import numpy as np
 import pytest
 import torch
 

@@ -9,6 +9,7 @@ Masks are boolean, True = may attend (`aiayn.modules.masks`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +21,9 @@ from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
+
+if TYPE_CHECKING:  # fast_decoder imports this module
+    from aiayn.models.fast_decoder import FastDecoder
 
 
 @dataclass
@@ -182,7 +186,7 @@ class Transformer(PretrainedModel):
         out = self.decode(tgt_in, self.init_cache(enc, capacity=tgt_in.shape[1]), need_weights=True)
         return AttentionWeights(enc.attentions, out.self_attentions, out.cross_attentions)
 
-    def fast_decoder(self) -> "FastDecoder":
+    def fast_decoder(self) -> FastDecoder:
         """An inference-only view with faster steps (`aiayn.models.fast_decoder`); rebuild it after
         the weights change."""
         from aiayn.models.fast_decoder import FastDecoder
