@@ -171,11 +171,22 @@ def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...]) -
     load(url, sentences[:16], 4)  # warm-up: threads, allocator, first shapes
     rows = []
     for n in clients:
+        before = server_counts(url)
         row = {"server": name, **load(url, sentences, n)}
+        after = server_counts(url)
+        row["mean_batch"] = (after[0] - before[0]) / max(after[1] - before[1], 1)  # texts per decoded batch
         print(f"  {name:12s} {n:4d} clients: {row['sent_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
               f"errors {row['errors']}", file=sys.stderr, flush=True)
         rows.append(row)
     return rows
+
+
+def server_counts(url: str) -> tuple[int, int]:
+    """(texts, batches) the server has decoded so far, from its /metrics."""
+    import httpx
+
+    m = httpx.get(f"{url}/metrics", timeout=10).json()
+    return m["texts"], m["batches"]
 
 
 def export_ctranslate2(model: Path, out: Path, quantization: str) -> Path:
@@ -237,7 +248,7 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
     print(f"model {args.model}, {args.requests} Multi30k validation sentences per row, one per request")
     print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
                               ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
-                              ("errors", "errors", "")]))
+                              ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))
     inproc = rate(rows, "in-process", "-")
     ratios = {"batched_vs_unbatched_at_32": rate(rows, "batched", 32) / rate(rows, "unbatched", 32),
               "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -30,6 +31,20 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
         _fsync_dir(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Rename the finished directory `src` to `dst`: atomic when `dst` is absent; an existing `dst`
+    is moved aside first and removed after, so `dst` is never half old and half new."""
+    if dst.exists():
+        old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(dst, old)
+        os.replace(src, dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(src, dst)
+    _fsync_dir(dst.parent)
 
 
 def _umask() -> int:

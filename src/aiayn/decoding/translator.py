@@ -40,7 +40,67 @@ NBest = list[tuple[str, float]]
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingConfig))
 
 
-class Translator:
+class TextTranslator:
+    """What every backend shares: text in, text out. Sources are encoded and cut (`_encode`), the
+    decoding settings merged with per-call overrides (`_configs`), and a subclass decodes them in
+    batches (`_decode_batches`). Needs `tokenizers`, `decode`, `sampling`, `max_input_tokens`, `keep`."""
+
+    def translate(self, sentences: Sequence[str], *, nbest: int | None = None, first_index: int = 0,
+                  progress: Callable[[int], None] | None = None, **overrides) -> list[str] | list[NBest]:
+        """Translate `sentences`, keeping their order.
+
+        Returns one string per sentence, or, when `nbest` is given, a list of up to
+        `nbest` (text, score) pairs per sentence, best first (score: length-normalised
+        log-probability; ("", 0.0) for a blank line). `nbest` needs beam search with
+        beam_size >= max(nbest, 2): greedy and sampled outputs have no scored n-best list.
+        `overrides` are `DecodeConfig` fields (method, beam_size, length_penalty, ...) and
+        `SamplingConfig` fields (temperature, top_k, top_p, seed); None leaves a field as it is.
+        `first_index` is the line number of `sentences[0]` in the whole input: a seeded
+        sample depends only on the seed and the line number.
+        `progress(n)` is called after each batch with the number of sentences it held.
+        """
+        decode, sampling = self._configs(overrides, nbest)
+        results: list[NBest] = [[("", 0.0)] for _ in sentences]
+        sources = self._encode(sentences)
+        if progress is not None and len(sources) < len(sentences):
+            progress(len(sentences) - len(sources))  # blank lines are done already
+        for batch, found in self._decode_batches(sources, decode, sampling, first_index):
+            for i, hyps in zip(batch, found):
+                results[i] = [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]
+            if progress is not None:
+                progress(len(batch))
+        return results if nbest is not None else [r[0][0] for r in results]
+
+    def _decode_batches(self, sources: dict[int, list[int]], decode: DecodeConfig, sampling: SamplingConfig,
+                        first_index: int) -> Iterator[tuple[list[int], list[list[tuple[list[int], float]]]]]:
+        """(indices of a batch, per index its (token ids, score) list, best first), batch by batch."""
+        raise NotImplementedError
+
+    def _encode(self, sentences: Sequence[str]) -> dict[int, list[int]]:
+        """Index -> source ids + EOS of each non-blank sentence, cut to `max_input_tokens` at the
+        `keep` end; one warning per call counts the sources that were cut."""
+        limit = self.max_input_tokens
+        ids = {i: self.tokenizers.src.encode(s) for i, s in enumerate(sentences) if s.strip()}
+        cut = [i for i, x in ids.items() if limit is not None and len(x) + 1 > limit]
+        if cut:
+            log.warning("%d of %d sources truncated to %d tokens (the %s kept), e.g. line %d: %.40r...", len(cut),
+                        len(ids), limit, "beginning" if self.keep == "start" else "end", cut[0] + 1, sentences[cut[0]])
+        return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
+
+    def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
+        given = {k: v for k, v in overrides.items() if v is not None}
+        sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
+        decode = dataclasses.replace(self.decode, **given)
+        if nbest is not None:
+            if decode.method != "beam" or decode.beam_size < max(nbest, 2):
+                raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "
+                                 f"{decode.method!r} with beam_size {decode.beam_size}: greedy search (beam size 1) "
+                                 "and sampling give one unscored output")
+            decode = dataclasses.replace(decode, nbest=nbest)
+        return decode, dataclasses.replace(self.sampling, **sampling)
+
+
+class Translator(TextTranslator):
     """Translate with a trained encoder-decoder and its tokenizers.
 
     `decode` and `sampling` hold the default settings (`DecodeConfig()`: beam 4, GNMT
@@ -79,56 +139,10 @@ class Translator:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def translate(self, sentences: Sequence[str], *, nbest: int | None = None, first_index: int = 0,
-                  progress: Callable[[int], None] | None = None, **overrides) -> list[str] | list[NBest]:
-        """Translate `sentences`, keeping their order.
-
-        Returns one string per sentence, or, when `nbest` is given, a list of up to
-        `nbest` (text, score) pairs per sentence, best first (score: length-normalised
-        log-probability; ("", 0.0) for a blank line). `nbest` needs beam search with
-        beam_size >= max(nbest, 2): greedy and sampled outputs have no scored n-best list.
-        `overrides` are `DecodeConfig` fields (method, beam_size, length_penalty, ...) and
-        `SamplingConfig` fields (temperature, top_k, top_p, seed); None leaves a field as it is.
-        `first_index` is the line number of `sentences[0]` in the whole input: a seeded
-        sample depends only on the seed and the line number.
-        `progress(n)` is called after each batch with the number of sentences it held.
-        """
-        decode, sampling = self._configs(overrides, nbest)
-        results: list[NBest] = [[("", 0.0)] for _ in sentences]
-        sources = self._encode(sentences)
-        if progress is not None and len(sources) < len(sentences):
-            progress(len(sentences) - len(sources))  # blank lines are done already
+    def _decode_batches(self, sources, decode, sampling, first_index):
         for batch in self._batches(sources):
             src = pad_sources([sources[i] for i in batch], PAD_ID, self.device)
-            lines = [first_index + i for i in batch]
-            for i, hyps in zip(batch, self._search(src, decode, sampling, lines)):
-                results[i] = [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]
-            if progress is not None:
-                progress(len(batch))
-        return results if nbest is not None else [r[0][0] for r in results]
-
-    def _encode(self, sentences: Sequence[str]) -> dict[int, list[int]]:
-        """Index -> source ids + EOS of each non-blank sentence, cut to `max_input_tokens` at the
-        `keep` end; one warning per call counts the sources that were cut."""
-        limit = self.max_input_tokens
-        ids = {i: self.tokenizers.src.encode(s) for i, s in enumerate(sentences) if s.strip()}
-        cut = [i for i, x in ids.items() if limit is not None and len(x) + 1 > limit]
-        if cut:
-            log.warning("%d of %d sources truncated to %d tokens (the %s kept), e.g. line %d: %.40r...", len(cut),
-                        len(ids), limit, "beginning" if self.keep == "start" else "end", cut[0] + 1, sentences[cut[0]])
-        return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
-
-    def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
-        given = {k: v for k, v in overrides.items() if v is not None}
-        sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
-        decode = dataclasses.replace(self.decode, **given)
-        if nbest is not None:
-            if decode.method != "beam" or decode.beam_size < max(nbest, 2):
-                raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "
-                                 f"{decode.method!r} with beam_size {decode.beam_size}: greedy search (beam size 1) "
-                                 "and sampling give one unscored output")
-            decode = dataclasses.replace(decode, nbest=nbest)
-        return decode, dataclasses.replace(self.sampling, **sampling)
+            yield batch, self._search(src, decode, sampling, [first_index + i for i in batch])
 
     def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, lines: list[int]):
         """-> per row, a list of (token ids, score). `lines`: each row's line number, for seeding."""

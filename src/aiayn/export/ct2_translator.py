@@ -30,22 +30,19 @@ sampling (CTranslate2's random generator is one per process, not one per sentenc
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from itertools import groupby
 from pathlib import Path
-from typing import Callable, Sequence
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, SamplingConfig
-from aiayn.decoding.translator import DEFAULT_BATCH_TOKENS, NBest
+from aiayn.decoding.translator import DEFAULT_BATCH_TOKENS, TextTranslator
 
 log = logging.getLogger(__name__)
 
 PATIENCE = 2.0  # beam search runs until beam_size * PATIENCE hypotheses are finished
-_SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingConfig))
 
 
-class CT2Translator:
+class CT2Translator(TextTranslator):
     """Translate with a CTranslate2 export (`aiayn.export.export_ctranslate2`).
 
     `engine` is a `ctranslate2.Translator`; `max_positions` the rows of the exported
@@ -95,49 +92,15 @@ class CT2Translator:
     def device(self) -> str:
         return self.engine.device
 
-    def translate(self, sentences: Sequence[str], *, nbest: int | None = None, first_index: int = 0,
-                  progress: Callable[[int], None] | None = None, **overrides) -> list[str] | list[NBest]:
-        """As `Translator.translate`: one string per sentence, or with `nbest` up to `nbest`
-        (text, score) pairs per sentence, best first. `first_index` only matters for seeded
-        sampling, which this backend refuses."""
-        decode, sampling = self._configs(overrides, nbest)
-        results: list[NBest] = [[("", 0.0)] for _ in sentences]
-        sources = self._encode(sentences)
-        if progress is not None and len(sources) < len(sentences):
-            progress(len(sentences) - len(sources))  # blank lines are done already
+    def _decode_batches(self, sources, decode, sampling, first_index):
         for limit, batch in self._groups(sources, decode):
-            found = self._search([sources[i] for i in batch], limit, decode, sampling)
-            for i, hyps in zip(batch, found):
-                results[i] = [(self.tokenizers.tgt.decode(ids), score) for ids, score in hyps]
-            if progress is not None:
-                progress(len(batch))
-        return results if nbest is not None else [r[0][0] for r in results]
+            yield batch, self._search([sources[i] for i in batch], limit, decode, sampling)
 
-    # -- as Translator --------------------------------------------------------------------------
     def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
-        given = {k: v for k, v in overrides.items() if v is not None}
-        sampling = dataclasses.replace(self.sampling, **{k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS})
-        decode = dataclasses.replace(self.decode, **given)
-        if nbest is not None:
-            if decode.method != "beam" or decode.beam_size < max(nbest, 2):
-                raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "
-                                 f"{decode.method!r} with beam_size {decode.beam_size}")
-            decode = dataclasses.replace(decode, nbest=nbest)
+        decode, sampling = super()._configs(overrides, nbest)
         if decode.method == "sample" and sampling.seed is not None:
             raise ValueError("seeded sampling is not available with the ctranslate2 backend")
         return decode, sampling
-
-    def _encode(self, sentences: Sequence[str]) -> dict[int, list[int]]:
-        """Index -> source ids + EOS of each non-blank sentence, cut to `max_input_tokens`."""
-        from aiayn.decoding.common import source_ids
-
-        limit = self.max_input_tokens
-        ids = {i: self.tokenizers.src.encode(s) for i, s in enumerate(sentences) if s.strip()}
-        cut = [i for i, x in ids.items() if len(x) + 1 > limit]
-        if cut:
-            log.warning("%d of %d sources truncated to %d tokens (the %s kept), e.g. line %d", len(cut), len(ids),
-                        limit, "beginning" if self.keep == "start" else "end", cut[0] + 1)
-        return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
 
     def _groups(self, sources: dict[int, list[int]], decode: DecodeConfig):
         """(output limit, indices) groups: CTranslate2 takes one max_decoding_length per call."""

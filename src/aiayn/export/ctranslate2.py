@@ -65,6 +65,8 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"cannot export {model_dir}: unknown quantization {quantization!r} "
                          f"(choose from {', '.join(QUANTIZATIONS)})")
+    from aiayn.io import replace_dir
+
     ct2 = require_ctranslate2()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_destination(out_dir)
@@ -75,7 +77,7 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
         convert_transformer(model, tmp, quantization, _pieces(tokenizers.src, model_dir),
                             _pieces(tokenizers.tgt, model_dir))
         _write_extras(tmp, tokenizers, info, _manifest(model_dir, model, quantization, info, ct2.__version__))
-        _replace_dir(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("exported %s to %s (CTranslate2, %s)", model_dir, out_dir, quantization)
@@ -168,16 +170,6 @@ def _write_extras(directory: Path, tokenizers, info: dict, manifest: dict) -> No
         write_task_info(directory, info)
     with atomic_write(directory / MANIFEST) as tmp:  # last: a directory with a manifest is complete
         tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Rename `src` to `dst`, an earlier export at `dst` moved aside first and then removed."""
-    old = dst.with_name(f".{dst.name}.old-{os.getpid()}")
-    if dst.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dst, old)
-    os.replace(src, dst)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # -- the conversion ----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from aiayn.io import atomic_write
+from aiayn.io import atomic_write, replace_dir
 
 log = logging.getLogger(__name__)
 
@@ -120,26 +120,9 @@ def save_checkpoint(
         torch.save(payload, f)
     if os.environ.get(SLEEP_ENV):
         time.sleep(float(os.environ[SLEEP_ENV]))
-    _replace_dir(tmp, final)
+    replace_dir(tmp, final)
     log.info("saved checkpoint %s", final)
     return final
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Rename directory `src` to `dst`, replacing an existing `dst` (atomic when `dst` is absent)."""
-    if dst.exists():
-        old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dst, old)
-        os.replace(src, dst)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(src, dst)
-    fd = os.open(dst.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def load_checkpoint(
