@@ -173,20 +173,27 @@ def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...]) -
     for n in clients:
         before = server_counts(url)
         row = {"server": name, **load(url, sentences, n)}
-        after = server_counts(url)
-        row["mean_batch"] = (after[0] - before[0]) / max(after[1] - before[1], 1)  # texts per decoded batch
+        row["mean_batch"] = mean_batch(before, server_counts(url))
         print(f"  {name:12s} {n:4d} clients: {row['sent_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
               f"errors {row['errors']}", file=sys.stderr, flush=True)
         rows.append(row)
     return rows
 
 
-def server_counts(url: str) -> tuple[int, int]:
-    """(texts, batches) the server has decoded so far, from its /metrics."""
+def server_counts(url: str) -> dict:
+    """The server's /metrics counters so far."""
     import httpx
 
-    m = httpx.get(f"{url}/metrics", timeout=10).json()
-    return m["texts"], m["batches"]
+    return httpx.get(f"{url}/metrics", timeout=10).json()
+
+
+def mean_batch(before: dict, after: dict) -> float:
+    """Texts decoded together between two /metrics readings: texts in flight per step under
+    continuous batching, texts per call under whole-call batching."""
+    diff = lambda key: after.get(key, 0) - before.get(key, 0)  # noqa: E731
+    if diff("continuous_steps"):
+        return diff("continuous_texts_in_flight") / diff("continuous_steps")
+    return diff("texts") / max(diff("batches"), 1)
 
 
 def export_ctranslate2(model: Path, out: Path, quantization: str) -> Path:

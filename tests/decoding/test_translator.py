@@ -190,3 +190,27 @@ def test_model_directory_saved_before_model_type_existed_translates_identically(
     for got, want in zip(tr.translate(sentences, nbest=2, max_len_b=6), reference.translate(sentences, nbest=2, max_len_b=6)):
         assert [h for h, _ in got] == [h for h, _ in want]
         assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
+
+
+@pytest.mark.parametrize("nbest", [None, 2])
+def test_continuous_session_answers_what_translate_answers(model_dir, nbest):
+    # Requests join at different steps (one while others run, one with only blank lines); each
+    # comes back when all its texts end, with exactly what translate gives for it.
+    tr = Translator.from_pretrained(model_dir, decode=DecodeConfig(max_len_b=8))
+    requests = {"r0": SENTENCES[:3], "r1": ["k k k k k k"], "r2": ["", " "], "r3": SENTENCES[3:]}
+    session = tr.continuous(nbest=nbest, beam_size=3)
+    got, step = {}, 0
+    while step < 3 or len(session):
+        for name in list(requests)[step:step + 1]:
+            session.add(name, requests[name])
+        got.update(session.step())
+        step += 1
+    for name, texts in requests.items():
+        want = tr.translate(texts, nbest=nbest, beam_size=3)
+        if nbest is None:
+            assert got[name] == want, name
+            continue
+        for g, w in zip(got[name], want, strict=True):  # the same texts; scores up to float rounding
+            assert [t for t, _ in g] == [t for t, _ in w], name
+            assert [s for _, s in g] == pytest.approx([s for _, s in w], abs=1e-5)
+    assert tr.continuous(beam_size=1) is None and tr.continuous(method="sample") is None  # whole calls do those

@@ -96,3 +96,81 @@ def test_close_finishes_the_queue_then_refuses():
         return done
 
     assert run(main()) == [[f"X{i}"] for i in range(5)]
+
+
+class CountdownSession:
+    """A fake continuous session: text t ends after len(t) steps, as t.upper() + options.
+    It records, per step, which requests were in flight."""
+
+    def __init__(self, options, log, fail_on=None):
+        self.options, self.log, self.fail_on = options or "", log, fail_on
+        self.left: dict = {}
+
+    def __len__(self):
+        return len(self.left)
+
+    def add(self, request, texts):
+        if self.fail_on in texts:
+            raise ValueError("bad text")
+        self.left[request] = (texts, max(len(t) for t in texts))
+
+    def step(self):
+        self.log.append(set(self.left))
+        if self.fail_on == "step" and len(self.left) > 1:
+            raise RuntimeError("the step failed")
+        done = []
+        for request, (texts, n) in list(self.left.items()):
+            if n <= 1:
+                del self.left[request]
+                done.append((request, [t.upper() + self.options for t in texts]))
+            else:
+                self.left[request] = (texts, n - 1)
+        return done
+
+
+def continuous(log, fail_on=None, **config):
+    return DynamicBatcher(upper, BatchConfig(**config), session=lambda options: CountdownSession(options, log, fail_on))
+
+
+def test_continuous_requests_join_a_running_session_and_leave_when_done():
+    log: list = []
+    batcher = continuous(log, max_batch=8)
+
+    async def main():
+        long = asyncio.ensure_future(batcher.submit(["x" * 30]))
+        await asyncio.sleep(0.05)  # the long one is running when the short ones come
+        short = await asyncio.gather(*(batcher.submit([f"s{i}"]) for i in range(3)))
+        return short, await long
+
+    short, long = run(main())
+    assert short == [["S0"], ["S1"], ["S2"]] and long == ["X" * 30]
+    assert max(len(s) for s in log) >= 2  # some steps held the long request and short ones
+    assert len(log) < 30 + 3 * 2  # the short ones did not wait for the long one to end
+    assert batcher.stats.snapshot(0)["continuous_steps"] == len(log)
+    batcher.close()
+
+
+def test_continuous_keeps_options_apart_and_the_texts_in_flight_bounded():
+    log: list = []
+    batcher = continuous(log, max_batch=2)
+
+    async def main():
+        return await asyncio.gather(*(batcher.submit([f"t{i}"], "!" if i % 2 else "?") for i in range(6)))
+
+    assert run(main()) == [[f"T{i}" + ("!" if i % 2 else "?")] for i in range(6)]
+    assert max(len(s) for s in log) <= 2
+    batcher.close()
+
+
+def test_continuous_failures_hit_only_the_bad_request():
+    for fail_on in ("boom", "step"):  # a request that cannot join; a step that raises (retried one by one)
+        log: list = []
+        batcher = continuous(log, fail_on=fail_on, max_batch=8)
+
+        async def main():
+            return await asyncio.gather(batcher.submit(["ok"]), batcher.submit(["boom"]), batcher.submit(["fine"]),
+                                        return_exceptions=True)
+
+        good, bad, fine = run(main())
+        assert good == ["OK"] and fine == ["FINE"] and isinstance(bad, RuntimeError), fail_on
+        batcher.close()

@@ -20,14 +20,16 @@ enter its n-best list and it is dropped from the batch.
 
 The model is reached only through the decoding interface (`interface.Decodable`).
 
-State (B' = sentences still searching, K = beam size, t = tokens so far):
+State (B' = sentences still searching, K = beam size, W = history width):
     state:   the model's decoding state, N = B'·K rows; row b·K + k is beam k of active sentence b
     last:    (N,) long       token each row feeds to the next step (BOS at first)
     scores:  (B', K) float   cumulative log-probability of each live beam (-inf: unused)
-    history: (B', K, t) long tokens of each live beam, BOS excluded
+    history: (B', K, W) long tokens of each live beam, BOS excluded, from column start[b]
+    start:   (B',) long      where each sentence's tokens begin in history: 0 here; sentences that
+                             join a running search later (`continuous`) start further right
     limits:  (B',) long      max tokens, EOS included (`common.max_output_length`)
-    ids:     (B',) long      each active sentence's index in the input batch
-    finished: list of B lists of `Hypothesis`, indexed by input position
+    ids:     (B',) long      each active sentence's key in `finished`
+    finished: B lists of `Hypothesis` (or a dict of them), indexed by ids
 """
 
 from __future__ import annotations
@@ -55,9 +57,10 @@ class _State:
     last: Tensor
     scores: Tensor
     history: Tensor
+    start: Tensor
     limits: Tensor
     ids: Tensor
-    finished: list[list[Hypothesis]] = field(default_factory=list)
+    finished: list[list[Hypothesis]] | dict[int, list[Hypothesis]] = field(default_factory=list)
 
 
 @torch.inference_mode()
@@ -72,13 +75,13 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     limits = output_limits(model, src, cfg.max_len_a, cfg.max_len_b)
     state = model.start(src, capacity=int(limits.max()))
     state = state.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
-    beams = _initial_state(B, K, limits, [[] for _ in range(B)])
+    beams = initial_beams(K, limits, torch.arange(B, device=src.device), [[] for _ in range(B)])
     bans = banned_tokens(src.device)
     for t in range(int(limits.max())):
         logits = model.step(beams.last, state)  # (N, V)
         logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < min_len)], float("-inf"))
         n_before = beams.ids.numel()
-        beams, rows = _advance(beams, logp, t, cfg)
+        beams, rows = advance(beams, logp, cfg)
         if beams.ids.numel() == 0:
             break
         if beams.ids.numel() == n_before:
@@ -88,24 +91,28 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     return [sorted(h, key=lambda x: -x.score)[: cfg.nbest] for h in beams.finished]
 
 
-def _initial_state(B: int, K: int, limits: Tensor, finished) -> _State:
-    device = limits.device
+def initial_beams(K: int, limits: Tensor, ids: Tensor, finished) -> _State:
+    """Beams for B = len(ids) new sentences (nothing decoded yet), `limits` (B,) their length limits."""
+    B, device = ids.numel(), limits.device
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live beam at first, so the K beams do not start as copies
     return _State(
         last=torch.full((B * K,), BOS_ID, dtype=torch.long, device=device),
         scores=scores,
         history=torch.empty(B, K, 0, dtype=torch.long, device=device),
+        start=torch.zeros(B, dtype=torch.long, device=device),
         limits=limits,
-        ids=torch.arange(B, device=device),
+        ids=ids,
         finished=finished,
     )
 
 
-def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig) -> tuple[_State, Tensor]:
+def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Tensor]:
     """One beam step. logp: (N, V). Returns the new beams and the model-state rows (N',) to keep."""
     Bn, K = state.scores.shape
     V = logp.shape[-1]
+    W = state.history.shape[2]
+    t = W - state.start  # (B',) tokens so far in each sentence
     cand = logp.view(Bn, K, V).add_(state.scores[:, :, None])  # (B', K, V), in place: no new (N, V)
     top_scores, top_flat = cand.view(Bn, K * V).topk(2 * K, dim=1)  # (B', 2K), best first
     top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)
@@ -117,26 +124,29 @@ def _advance(state: _State, logp: Tensor, t: int, cfg: DecodeConfig) -> tuple[_S
     pick = (rank + 2 * K * is_eos.long()).topk(K, dim=1, largest=False).indices  # (B', K) first K non-EOS
     scores = top_scores.gather(1, pick)  # (B', K)
     beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)  # (B', K)
-    history = torch.cat([state.history.gather(1, beam[:, :, None].expand(-1, -1, t)), tok[:, :, None]], 2)
+    history = torch.cat([state.history.gather(1, beam[:, :, None].expand(-1, -1, W)), tok[:, :, None]], 2)
 
     rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)  # (B', K) state rows to follow
     keep = ~(last_step | _cannot_improve(state, scores, cfg))  # (B',)
     if bool(keep.all()):
-        return _State(tok.reshape(-1), scores, history, state.limits, state.ids, state.finished), rows.reshape(-1)
-    new = _State(tok[keep].reshape(-1), scores[keep], history[keep], state.limits[keep],
+        return _State(tok.reshape(-1), scores, history, state.start, state.limits, state.ids,
+                      state.finished), rows.reshape(-1)
+    new = _State(tok[keep].reshape(-1), scores[keep], history[keep], state.start[keep], state.limits[keep],
                  state.ids[keep], state.finished)
     return new, rows[keep].reshape(-1)
 
 
-def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: int, cfg: DecodeConfig) -> None:
-    """Record the finished hypotheses among the first K candidates of each sentence."""
+def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: Tensor, cfg: DecodeConfig) -> None:
+    """Record the finished hypotheses among the first K candidates of each sentence. t: (B',) tokens so far."""
     K = cfg.beam_size
     done = (is_eos | last_step[:, None])[:, :K] & torch.isfinite(top_scores[:, :K])  # (B', K)
     if not bool(done.any()):
         return
-    lp = float(length_penalty(t + 1, cfg.length_penalty, cfg.length_penalty_form))
+    lps = length_penalty(t + 1, cfg.length_penalty, cfg.length_penalty_form).tolist()  # (B',)
+    starts = state.start.tolist()
     for b, j in done.nonzero().tolist():
-        tokens = state.history[b, int(top_beam[b, j])].tolist()
+        lp = float(lps[b])
+        tokens = state.history[b, int(top_beam[b, j]), starts[b]:].tolist()
         if not bool(is_eos[b, j]):
             tokens.append(int(top_tok[b, j]))
         log_prob = float(top_scores[b, j])

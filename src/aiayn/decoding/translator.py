@@ -66,10 +66,14 @@ class TextTranslator:
             progress(len(sentences) - len(sources))  # blank lines are done already
         for batch, found in self._decode_batches(sources, decode, sampling, first_index):
             for i, hyps in zip(batch, found):
-                results[i] = [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]
+                results[i] = self._texts(hyps)
             if progress is not None:
                 progress(len(batch))
         return results if nbest is not None else [r[0][0] for r in results]
+
+    def _texts(self, hyps) -> NBest:
+        """(token ids, score) pairs -> (text, score) pairs."""
+        return [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]
 
     def _decode_batches(self, sources: dict[int, list[int]], decode: DecodeConfig, sampling: SamplingConfig,
                         first_index: int) -> Iterator[tuple[list[int], list[list[tuple[list[int], float]]]]]:
@@ -139,6 +143,14 @@ class Translator(TextTranslator):
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def continuous(self, *, nbest: int | None = None, **overrides) -> "ContinuousTranslation | None":
+        """A continuous-batching session with these settings (`aiayn.decoding.continuous`), or None
+        where it does not apply: greedy search, sampling, or a model without a ragged step."""
+        decode, _ = self._configs(overrides, nbest)
+        if decode.method != "beam" or decode.beam_size < 2 or not getattr(self.decoder, "ragged_steps", False):
+            return None
+        return ContinuousTranslation(self, decode, nbest is not None)
+
     def _decode_batches(self, sources, decode, sampling, first_index):
         for batch in self._batches(sources):
             src = pad_sources([sources[i] for i in batch], PAD_ID, self.device)
@@ -168,6 +180,53 @@ class Translator(TextTranslator):
             batch.append(i)
         if batch:
             yield batch
+
+
+class ContinuousTranslation:
+    """Requests of texts join a running beam search (`ContinuousBeamSearch`) and come back when
+    all their texts have ended: what `translate` returns for them, sentence for sentence.
+
+        session.add(request, texts)       # any hashable request key; between steps
+        for request, results in session.step(): ...
+    """
+
+    def __init__(self, translator: Translator, decode: DecodeConfig, nbest: bool):
+        from aiayn.decoding.continuous import ContinuousBeamSearch
+
+        self.translator, self.nbest = translator, nbest
+        self.search = ContinuousBeamSearch(translator.decoder, decode, translator.device)
+        self.results: dict = {}  # request -> one n-best list per text
+        self.waiting: dict = {}  # request -> texts still searching
+        self.owner: dict[int, tuple] = {}  # search key -> (request, text index)
+        self.keys = 0
+
+    def __len__(self) -> int:
+        """Requests not yet answered."""
+        return len(self.results)
+
+    def add(self, request, texts: Sequence[str]) -> None:
+        sources = self.translator._encode(texts)  # blank texts are absent: they stay ("", 0.0)
+        keys = list(range(self.keys, self.keys + len(sources)))
+        if sources:
+            self.search.add(list(sources.values()), keys)  # first: if it raises, nothing is registered
+        self.keys += len(sources)
+        self.results[request] = [[("", 0.0)] for _ in texts]
+        self.waiting[request] = len(sources)
+        self.owner.update({k: (request, i) for k, i in zip(keys, sources)})
+
+    def step(self) -> list[tuple]:
+        """One step of the search; -> (request, results) for each request now complete."""
+        for key, hyps in self.search.step():
+            request, i = self.owner.pop(key)
+            self.results[request][i] = self.translator._texts([(h.tokens, h.score) for h in hyps])
+            self.waiting[request] -= 1
+        done = [r for r, n in self.waiting.items() if n == 0]
+        out = []
+        for request in done:
+            del self.waiting[request]
+            results = self.results.pop(request)
+            out.append((request, results if self.nbest else [r[0][0] for r in results]))
+        return out
 
 
 def line_seed(seed: int, line: int) -> int:

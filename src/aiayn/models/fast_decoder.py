@@ -69,7 +69,11 @@ def _layer(layer) -> _Layer:
 
 class FastDecoder:
     """The decoding interface of `model` (a `Transformer` in eval mode) with a faster `step`:
-    `step(tokens (N,), cache) -> logits (N, V)` equals `model.step(tokens, cache)`."""
+    `step(tokens (N,), cache) -> logits (N, V)` equals `model.step(tokens, cache)`.
+
+    Its step also takes rows at different positions (`KVCache.start`, continuous batching)."""
+
+    ragged_steps = True
 
     def __init__(self, model):
         _check_supported(model)
@@ -99,6 +103,13 @@ class FastDecoder:
     def attention(self, src: Tensor, tgt_in: Tensor):
         return self.model.attention(src, tgt_in)
 
+    def _positions(self, cache: KVCache) -> Tensor:
+        """(1, D) for the usual cache, (N, D) when rows are at different positions (`KVCache.start`)."""
+        rows = cache.positions()
+        if rows is None:
+            return self.decoder.positions(1, start=cache.length)
+        return self.decoder.positions(cache.length + 1)[rows]
+
     def _norm(self, x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
         return F.layer_norm(x, (self.d_model,), wb[0], wb[1], self.eps)
 
@@ -106,7 +117,8 @@ class FastDecoder:
     def step(self, tokens: Tensor, cache: KVCache) -> Tensor:
         N, H, D = tokens.shape[0], self.n_heads, self.d_model
         dec = self.decoder
-        x = dec.embed(tokens) + dec.positions(1, start=cache.length)  # (N, D)
+        x = dec.embed(tokens) + self._positions(cache)  # (N, D)
+        self_mask = cache.self_mask()  # (N, 1, 1, P+1) or None: rows that joined later see only their own
         cross_mask, has_key = cache.cross_mask, cache.has_source  # (N, 1, 1, S), (N, 1, 1, 1) or None
         if has_key is not None:
             cross_mask = cross_mask | ~has_key  # an empty row attends everywhere, then is zeroed
@@ -114,7 +126,7 @@ class FastDecoder:
             h = self._norm(x, p.sa_norm) if self.norm_first else x
             qkv = torch.addmm(p.qkv_b, h, p.qkv_w).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
             k, v = cache.append(i, qkv[:, 1], qkv[:, 2])  # (N, H, P+1, Dh)
-            y = F.scaled_dot_product_attention(qkv[:, 0], k, v).view(N, D)  # one query sees all keys
+            y = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, D)  # causal: one query
             x = x + torch.addmm(p.sa_out_b, y, p.sa_out_w)
             x = x if self.norm_first else self._norm(x, p.sa_norm)
 

@@ -15,6 +15,11 @@ State, per decoder layer l (K = batch rows, beams included):
     has_source:             (K, 1, 1, 1) bool, or None when every row has a source token;
                             a row without one attends to nothing and gets zeros
     length:                 int             target positions already decoded
+    start:                  (K,) long, or None: row k's first valid self-attention column.
+                            None (the usual case) means 0 for every row. Rows that joined a
+                            running search later (`concat`, continuous batching) start further
+                            right: their positions count from there, and the columns before it
+                            are masked out of their self-attention.
 
 It implements `aiayn.decoding.interface.DecoderState`: `reorder` (any rows) and
 `reorder_` (in place, rows of the same source).
@@ -38,6 +43,7 @@ class KVCache:
         self.self_v: list[Tensor | None] = [None] * len(cross_kv)
         self.length = 0
         self.capacity = capacity
+        self.start: Tensor | None = None
 
     @classmethod
     def self_only(cls, n_layers: int, batch: int, device: torch.device | str, capacity: int = 64) -> "KVCache":
@@ -89,6 +95,7 @@ class KVCache:
         out.self_v = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_v]
         out.length = self.length
         out.capacity = self.capacity
+        out.start = None if self.start is None else pick(self.start)
         for layer, (k, v) in enumerate(zip(out.self_k, out.self_v)):
             if k is not None:  # restore spare capacity so the next appends do not reallocate
                 out.self_k[layer] = out._grow(k, k, self.capacity)
@@ -120,6 +127,94 @@ class KVCache:
     @property
     def batch_size(self) -> int:
         return self.src_mask.shape[0]
+
+    def positions(self) -> Tensor | None:
+        """(K,) long: each row's position for the next step, or None when every row is at `length`."""
+        return None if self.start is None else self.length - self.start
+
+    def self_mask(self) -> Tensor | None:
+        """(K, 1, 1, length + 1) bool, True = may attend: the next step's self-attention mask, or
+        None when every row sees every column."""
+        if self.start is None:
+            return None
+        columns = torch.arange(self.length + 1, device=self.start.device)
+        return (columns >= self.start[:, None])[:, None, None, :]
+
+
+def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, headroom: int = 16) -> KVCache:
+    """The rows `rows` of `a` (all by default), then the rows of `b`, in one new cache: continuous
+    batching drops the sentences that ended and adds new ones (b, nothing decoded yet) in one copy.
+
+    Self-attention columns are right-aligned, so every row appends at the same column: a row
+    with fewer positions gets `start` further right (see the module doc), and the leading columns
+    that no kept row uses are dropped. Sources are padded to the longer S. The self-attention
+    buffers get `headroom` free columns. Both caches must come from the same model.
+    """
+    rows = torch.arange(a.batch_size, device=a.src_mask.device) if rows is None else rows
+    a_start = _starts(a)[rows]  # (Na,) in a's columns
+    first = int(a_start.min()) if rows.numel() else a.length  # a's columns before this are unused
+    La, Lb = a.length - first, (0 if b is None else b.length)
+    length = max(La, Lb)
+    parts = [(a, rows, first, length - La)] + ([] if b is None else [(b, None, 0, length - Lb)])
+    out = KVCache.__new__(KVCache)
+    out.length, out.capacity = length, length + headroom
+    out.start = torch.cat([a_start - first + (length - La)] + ([] if b is None else [_starts(b) + (length - Lb)]))
+    S = max(c.src_mask.shape[1] for c, *_ in parts)
+    out.src_mask = _stack([(c.src_mask, r) for c, r, *_ in parts], 1, S)
+    out.cross_k = [_stack([(c.cross_k[i], r) for c, r, *_ in parts], 2, S) for i in range(len(a.cross_k))]
+    out.cross_v = [_stack([(c.cross_v[i], r) for c, r, *_ in parts], 2, S) for i in range(len(a.cross_v))]
+    out.cross_mask, out.has_source = _cross_masks(out.src_mask)
+    n = lambda c, r: c.batch_size if r is None else r.numel()  # noqa: E731
+    out.self_k = [_stack_self([(c.self_k[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], out.capacity)
+                  for i in range(len(a.self_k))]
+    out.self_v = [_stack_self([(c.self_v[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], out.capacity)
+                  for i in range(len(a.self_v))]
+    return out
+
+
+def _starts(c: KVCache) -> Tensor:
+    return torch.zeros(c.batch_size, dtype=torch.long, device=c.src_mask.device) if c.start is None else c.start
+
+
+def _rows_of(t: Tensor, rows: Tensor | None, out: Tensor) -> None:
+    """out[:] = t[rows] (or t), without an intermediate copy."""
+    if rows is None:
+        out.copy_(t)
+    else:
+        torch.index_select(t, 0, rows, out=out)
+
+
+def _stack(parts: list[tuple[Tensor, Tensor | None]], dim: int, size: int) -> Tensor:
+    """The chosen rows of each tensor, one part after another, `dim` zero-padded to `size`."""
+    counts = [t.shape[0] if r is None else r.numel() for t, r in parts]
+    shape = list(parts[0][0].shape)
+    shape[0], shape[dim] = sum(counts), size
+    out = parts[0][0].new_empty(shape)
+    begin = 0
+    for (t, r), n in zip(parts, counts):
+        block = out[begin:begin + n]
+        _rows_of(t, r, block.narrow(dim, 0, t.shape[dim]))
+        block.narrow(dim, t.shape[dim], size - t.shape[dim]).zero_()
+        begin += n
+    return out
+
+
+def _stack_self(parts, capacity: int) -> Tensor | None:
+    """Self-attention buffers (N, H, capacity, Dh): each part's columns first..length of its chosen
+    rows, after `pad` zero columns (masked, never NaN), so that all parts end at the same column."""
+    present = [buf for buf, *_ in parts if buf is not None]
+    if not present:
+        return None
+    _, H, _, Dh = present[0].shape
+    out = present[0].new_empty(sum(p[2] for p in parts), H, capacity, Dh)
+    begin = 0
+    for buf, rows, n, first, length, pad in parts:
+        block = out[begin:begin + n]
+        block[:, :, :pad].zero_()
+        if buf is not None and length > first:
+            _rows_of(buf[:, :, first:length], rows, block[:, :, pad:pad + length - first])
+        begin += n
+    return out
 
 
 def _cross_masks(src_mask: Tensor) -> tuple[Tensor | None, Tensor | None]:

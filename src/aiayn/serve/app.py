@@ -111,7 +111,16 @@ class ModelService:
                              f"(it serves {', '.join(TASK_ROUTES)})")
         self.pipeline = _load_pipeline(self.task, load_backend(backend, model_dir, device))
         self.translator = getattr(self.pipeline, "translator", self.pipeline)
-        self.batcher = DynamicBatcher(self._run, batching)
+        self.batcher = DynamicBatcher(self._run, batching, session=self._session)
+
+    def _session(self, options: tuple):
+        """A continuous-batching session for these options, or None (the batcher then decodes whole
+        calls): the native backend's beam search without attention maps."""
+        settings = dict(options)
+        if (settings.pop("return_attention", False) or self.batcher.config.max_batch < 2
+                or not hasattr(self.translator, "continuous")):
+            return None  # max_batch 1: batching off, one request decoded at a time
+        return self.translator.continuous(**settings)
 
     def _run(self, texts: list[str], options: tuple) -> list:
         """In the batcher's worker: decode `texts` with the frozen `options` of their requests."""

@@ -1,16 +1,23 @@
 """Dynamic batching: requests that arrive together are decoded together.
 
-Requests wait in one bounded queue. One worker thread owns the model: it takes the oldest
-request, then keeps taking requests with the same decoding options until it holds
-`max_batch` texts or `max_wait_ms` have passed since the first, decodes them in one call, and
-hands each request its own outputs. The event loop only enqueues and awaits, so it never blocks
-on the model.
+Requests wait in one bounded queue. One worker thread owns the model, and the event loop only
+enqueues and awaits, so it never blocks on the model. The worker batches in one of two ways:
+
+    continuous   (where the model offers a `session`: beam search on aiayn's own Transformer)
+                 requests join the running search at its next step, up to `max_batch` texts in
+                 flight, and are answered as soon as their texts end (`ContinuousBeamSearch`);
+                 it takes them in arrival order, and a request with other decoding options waits
+                 until the running ones have drained
+    whole calls  (everything else: greedy, sampling, attention, the CTranslate2 backend) the
+                 oldest request and the requests with the same options that arrive within
+                 `max_wait_ms` of it, up to `max_batch` texts, decoded in one `run` call
 
     full queue   `QueueFull` at once (the server answers 503 with Retry-After): memory stays bounded
     timeout      a request that waits longer than `timeout_s` gets `asyncio.TimeoutError` (504);
                  if it is still queued it is dropped, so no work is done for nobody
     failure      a batch that raises is retried one request at a time, so one bad request
-                 fails alone and never the others batched with it
+                 fails alone and never the others batched with it (a continuous step that
+                 raises ends the session, and its requests are retried that way)
     shutdown     `close()` stops taking requests and lets the worker finish what is queued
 """
 
@@ -34,7 +41,7 @@ class QueueFull(Exception):
 @dataclass(frozen=True)
 class BatchConfig:
     max_batch: int = 32  # texts decoded together
-    max_wait_ms: float = 10.0  # how long the first request of a batch waits for company
+    max_wait_ms: float = 10.0  # how long the first request of a batch waits for company (whole calls)
     max_queue: int = 256  # requests waiting; beyond this, 503
     timeout_s: float = 60.0  # per request, queueing included
 
@@ -59,6 +66,7 @@ class Stats:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.requests = self.texts = self.rejected = self.timeouts = self.errors = self.batches = 0
+        self.steps = self.step_texts = 0  # continuous batching: decoding steps, and texts in flight summed over them
         self.batch_sizes: collections.Counter = collections.Counter()
         self.latencies: collections.deque = collections.deque(maxlen=10_000)
 
@@ -69,6 +77,7 @@ class Stats:
             return {"requests": self.requests, "texts": self.texts, "rejected_queue_full": self.rejected,
                     "timeouts": self.timeouts, "errors": self.errors, "batches": self.batches,
                     "batch_sizes": dict(sorted(self.batch_sizes.items())), "queue_length": queue_length,
+                    "continuous_steps": self.steps, "continuous_texts_in_flight": self.step_texts,
                     "latency_ms": {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)}}
 
 
@@ -76,11 +85,15 @@ class DynamicBatcher:
     """`await batcher.submit(texts, options)` -> `run(texts, options)`'s outputs for these texts.
 
     `run(texts, options) -> list` is called in the worker thread with the texts of one or more
-    requests (in order) and must return one output per text.
+    requests (in order) and must return one output per text. `session(options)`, if given,
+    returns a continuous session for these options, or None: `add(request, texts)` between
+    steps, `step() -> [(request, outputs)]` for the requests that are complete, and `len()`
+    the requests it has not answered yet (`aiayn.decoding.translator.ContinuousTranslation`).
     """
 
-    def __init__(self, run: Callable[[list[str], Any], Sequence[Any]], config: BatchConfig = BatchConfig()):
-        self.run, self.config = run, config
+    def __init__(self, run: Callable[[list[str], Any], Sequence[Any]], config: BatchConfig = BatchConfig(),
+                 session: Callable[[Any], Any] | None = None):
+        self.run, self.config, self.session = run, config, session
         self.queue: collections.deque[_Request] = collections.deque()
         self.cond = threading.Condition()
         self.stats = Stats()
@@ -127,10 +140,76 @@ class DynamicBatcher:
     # -- the worker thread ----------------------------------------------------------------------
     def _work(self) -> None:
         while True:
-            batch = self._next_batch()
-            if batch is None:
+            head = self._wait_for_work()
+            if head is None:
                 return
-            self._decode(batch)
+            session = self.session(head.options) if self.session is not None else None
+            if session is not None:
+                self._drive(session, head.options)
+                continue
+            batch = self._next_batch()
+            if batch is not None:
+                self._decode(batch)
+
+    def _wait_for_work(self) -> _Request | None:
+        """The oldest live request (left in the queue), or None once closed and drained."""
+        with self.cond:
+            while True:
+                while self.queue and self.queue[0].cancelled:
+                    self.queue.popleft()
+                if self.queue:
+                    return self.queue[0]
+                if self.closed:
+                    return None
+                self.cond.wait()
+
+    def _drive(self, session, options: Hashable) -> None:
+        """Step `session` until it has answered every request it took. Before each step it takes,
+        in arrival order, the queued requests with these options that fit in `max_batch` texts."""
+        in_flight: dict[int, _Request] = {}
+        texts = 0
+        while True:
+            joining = self._admit(options, self.config.max_batch - texts, first=not in_flight)
+            for r in joining:
+                try:
+                    session.add(id(r), r.texts)
+                except Exception:  # noqa: BLE001  this request alone fails
+                    self._decode([r])
+                    continue
+                in_flight[id(r)] = r
+                texts += len(r.texts)
+            if not in_flight:
+                return
+            try:
+                done = session.step()
+            except Exception:  # noqa: BLE001  retried one request at a time, as whole calls are
+                log.exception("continuous decoding failed; retrying its %d requests one by one", len(in_flight))
+                for r in in_flight.values():
+                    self._decode([r])
+                return
+            with self.stats.lock:
+                self.stats.steps += 1
+                self.stats.step_texts += texts
+            for key, outputs in done:
+                r = in_flight.pop(key)
+                texts -= len(r.texts)
+                _deliver(r, result=outputs)
+
+    def _admit(self, options: Hashable, room: int, first: bool) -> list[_Request]:
+        """Queued requests to join a running session: from the head, while they have `options`
+        and fit in `room` texts (the first request of a session always fits)."""
+        taken: list[_Request] = []
+        with self.cond:
+            while self.queue:
+                r = self.queue[0]
+                if r.cancelled:
+                    self.queue.popleft()
+                    continue
+                if r.options != options or (len(r.texts) > room and not (first and not taken)):
+                    break
+                taken.append(self.queue.popleft())
+                room -= len(r.texts)
+        return taken
 
     def _next_batch(self) -> list[_Request] | None:
         """The oldest live request and the same-option requests that join it within max_wait_ms."""

@@ -1,0 +1,155 @@
+"""Continuous (iteration-level) beam search: sentences join and leave a running search between steps.
+
+A server that batches whole requests decodes each batch until its last sentence ends. Meanwhile
+the batch thins out as sentences finish, and requests that arrive wait for the next batch; with
+clients that send again as soon as they are answered, they settle into groups that take turns.
+Continuous batching (Orca, Yu et al., OSDI 2022; the scheduler of vLLM and TGI) lets a new
+sentence join at the next step and a finished one leave at once, so the rows in flight stay as
+many as the clients.
+
+Each sentence is searched exactly as `beam.beam_search` searches it alone: the same `advance`
+step, scores and early stopping. Rows are independent; a sentence that joined later has its own
+positions, and its self-attention masks out the columns before its own (`KVCache.start`). The
+tests check every sentence's n-best list against `beam_search` on that sentence alone.
+
+    search = ContinuousBeamSearch(decoder, DecodeConfig(), device)
+    search.add([ids_a, ids_b], keys=[1, 2])   # sources: token ids + EOS (`encode_source`)
+    while search:                             # more sentences may be added between steps
+        for key, hyps in search.step(): ...   # n-best `Hypothesis` lists, best first
+
+The decoder's `step` must handle rows at different positions (`ragged_steps = True`, as
+`FastDecoder` does); `Translator.continuous` falls back to whole batches otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from aiayn.config import EOS_ID, PAD_ID, DecodeConfig
+from aiayn.decoding.beam import Hypothesis, _State, advance, initial_beams
+from aiayn.decoding.common import banned_tokens, output_limits, pad_sources
+from aiayn.modules.cache import KVCache, concat
+
+
+class ContinuousBeamSearch:
+    """Beam search over a set of sentences that changes between steps. Not thread-safe: one
+    worker drives it (the server's batcher).
+
+    Joining costs an encoder call and a copy of the cache, so new sentences wait in `pending`
+    and join together, every `join_every` steps (at once when nothing runs, or when at least
+    half the rows are dead). A sentence that ends leaves the search at once, but its rows stay
+    in the cache, fed EOS and ignored (`live` maps beam rows to cache rows), until the next join
+    compacts the cache in the same copy.
+    """
+
+    def __init__(self, decoder, config: DecodeConfig, device: torch.device | str = "cpu", join_every: int = 4):
+        if not getattr(decoder, "ragged_steps", False):
+            raise ValueError(f"{type(decoder).__name__} cannot step rows at different positions: "
+                             "decode whole batches with beam_search")
+        if config.method != "beam" or config.beam_size < 2:
+            raise ValueError(f"continuous search is beam search (beam_size >= 2); got {config.method!r} "
+                             f"with beam_size {config.beam_size}")
+        self.decoder, self.config, self.device = decoder, config, torch.device(device)
+        self.join_every = join_every
+        self.bans = banned_tokens(self.device)[0]
+        self.cache: KVCache | None = None
+        self.beams: _State | None = None
+        self.live: Tensor | None = None  # (N',) cache row of each beam row; None: the same rows
+        self.pending: list[tuple[list[int], int]] = []  # (source ids, key) waiting to join
+        self.finished: dict[int, list[Hypothesis]] = {}
+        self.since_join = 0
+
+    def __len__(self) -> int:
+        """Sentences not yet ended: searching or waiting to join."""
+        return (0 if self.beams is None else self.beams.ids.numel()) + len(self.pending)
+
+    def add(self, sources: Sequence[Sequence[int]], keys: Sequence[int]) -> None:
+        """Search `sources` (token ids + EOS each) under `keys` (ints, unique in flight), from a coming step."""
+        if len(sources) != len(keys):
+            raise ValueError(f"need as many keys as sources, got {len(keys)} and {len(sources)}")
+        self.pending += [([int(i) for i in ids], int(key)) for ids, key in zip(sources, keys)]
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[int, list[Hypothesis]]]:
+        """Advance every sentence by one token; -> (key, n-best list) of each sentence that ended."""
+        if self.pending and self._time_to_join():
+            self._join()
+        if self.beams is None:
+            return []
+        self.since_join += 1
+        last, live = self.beams.last, self.live
+        if live is not None:  # dead rows are fed EOS; their outputs are ignored
+            last = torch.full((self.cache.batch_size,), EOS_ID, dtype=torch.long, device=self.device).index_copy_(
+                0, live, last)
+        logits = self.decoder.step(last, self.cache)  # (rows in the cache, V)
+        if live is not None:
+            logits = logits.index_select(0, live)  # (N', V)
+        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, self.bans, float("-inf"))
+        before = self.beams.ids.tolist()
+        self.beams, rows = advance(self.beams, logp, self.config)
+        ended = [] if len(before) == self.beams.ids.numel() else [
+            key for key in before if key not in set(self.beams.ids.tolist())]
+        self._follow(rows, bool(ended))
+        nbest = self.config.nbest
+        return [(key, sorted(self.finished.pop(key), key=lambda h: -h.score)[:nbest]) for key in ended]
+
+    def _follow(self, rows: Tensor, left: bool) -> None:
+        """Reorder the cache as the beams moved (`rows`: the old beam rows kept, in the new order).
+        Sentences that ended keep their cache rows until the next join; nothing else moves."""
+        if self.beams.ids.numel() == 0:
+            self.cache = self.beams = self.live = None
+            return
+        if self.live is None and not left:
+            self.cache.reorder_(rows)  # the usual beam step: beams moved within their sentence
+            return
+        K = self.config.beam_size
+        old = self.live if self.live is not None else torch.arange(self.cache.batch_size, device=self.device)
+        new = old.view(-1, K)[rows.view(-1, K)[:, 0] // K].reshape(-1)  # the kept sentences' own rows
+        index = torch.arange(self.cache.batch_size, device=self.device).index_copy_(0, new, old[rows])
+        self.cache.reorder_(index)  # row new[j] takes old row rows[j]: within one sentence's rows
+        self.live = new
+
+    def _time_to_join(self) -> bool:
+        if self.beams is None or self.since_join >= self.join_every:
+            return True
+        return 2 * self.beams.ids.numel() * self.config.beam_size <= self.cache.batch_size  # half the rows dead
+
+    def _join(self) -> None:
+        """Encode the pending sources and add them; compact the cache in the same copy."""
+        sources, keys = [s for s, _ in self.pending], [k for _, k in self.pending]
+        self.pending, self.since_join = [], 0
+        K = self.config.beam_size
+        src = pad_sources(sources, PAD_ID, self.device)  # (B, S)
+        limits = output_limits(self.decoder, src, self.config.max_len_a, self.config.max_len_b)  # (B,)
+        state = self.decoder.start(src, capacity=int(limits.max()))
+        state = state.reorder(torch.arange(len(sources), device=self.device).repeat_interleave(K))  # (B·K) rows
+        for key in keys:
+            self.finished[key] = []
+        new = initial_beams(K, limits, torch.tensor(keys, dtype=torch.long, device=self.device), self.finished)
+        if self.beams is None:
+            self.cache, self.beams = state, new
+        else:  # one copy keeps the live rows, drops the leading columns none of them uses, adds the new rows
+            self.cache = concat(self.cache, state, self.live)
+            self.beams = _concat_beams(_trim_beams(self.beams), new)
+        self.live = None
+
+
+def _concat_beams(a: _State, b: _State) -> _State:
+    """a's sentences, then b's (nothing decoded yet): b's history starts at a's width (right-aligned)."""
+    W = a.history.shape[2]
+    Bb, K, _ = b.history.shape
+    history = torch.cat([a.history, a.history.new_zeros(Bb, K, W)])  # (Ba + Bb, K, W)
+    return _State(torch.cat([a.last, b.last]), torch.cat([a.scores, b.scores]), history,
+                  torch.cat([a.start, b.start + W]), torch.cat([a.limits, b.limits]), torch.cat([a.ids, b.ids]),
+                  a.finished)
+
+
+def _trim_beams(s: _State) -> _State:
+    """Drop the leading history columns no sentence uses (as `KVCache.trim_` does to the cache)."""
+    drop = int(s.start.min())
+    if drop == 0:
+        return s
+    return _State(s.last, s.scores, s.history[:, :, drop:], s.start - drop, s.limits, s.ids, s.finished)
