@@ -4,8 +4,8 @@ Each client sends one real sentence per request (Multi30k validation sources, Ge
 `POST /v1/translate` and waits for the answer before sending the next, until the bounded list
 of sentences is used up. The same sentences go, in one run, to:
 
-    batched      `aiayn serve MODEL` as shipped (dynamic batching: up to --max-batch texts or
-                 --max-wait-ms, whichever comes first)
+    batched      `aiayn serve MODEL` as shipped (continuous batching of beam search: up to
+                 --max-batch texts in flight; the texts/batch column is then texts in flight per step)
     unbatched    the same server with `--max-batch 1`: one request decoded at a time, the
                  "Flask app" that fairseq and OpenNMT users are told to write
     ctranslate2  `aiayn serve --backend ctranslate2` on the model exported by

@@ -21,9 +21,11 @@ def add_arguments(p) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
-    p.add_argument("--max-batch", type=int, default=_B.max_batch, help=f"texts decoded together (default: {_B.max_batch})")
+    p.add_argument("--max-batch", type=int, default=_B.max_batch, help=f"texts decoded together: in flight at once in continuous beam search, per call otherwise; "
+                        f"1 turns batching off (default: {_B.max_batch})")
     p.add_argument("--max-wait-ms", type=float, default=_B.max_wait_ms,
-                   help=f"how long a request waits for others to batch with (default: {_B.max_wait_ms:g})")
+                   help=f"whole-call batching (greedy, sampling, attention, ctranslate2): how long a request waits "
+                        f"for others to batch with (default: {_B.max_wait_ms:g})")
     p.add_argument("--max-queue", type=int, default=_B.max_queue,
                    help=f"waiting requests before answering 503 (default: {_B.max_queue})")
     p.add_argument("--timeout", type=float, default=_B.timeout_s, help=f"seconds per request (default: {_B.timeout_s:g})")
