@@ -90,8 +90,8 @@ class ContinuousBeamSearch:
         logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, self.bans, float("-inf"))
         before = self.beams.ids.tolist()
         self.beams, rows = advance(self.beams, logp, self.config)
-        ended = [] if len(before) == self.beams.ids.numel() else [
-            key for key in before if key not in set(self.beams.ids.tolist())]
+        still = set(self.beams.ids.tolist()) if len(before) != self.beams.ids.numel() else set(before)
+        ended = [key for key in before if key not in still]
         self._follow(rows, bool(ended))
         nbest = self.config.nbest
         return [(key, sorted(self.finished.pop(key), key=lambda h: -h.score)[:nbest]) for key in ended]
