@@ -80,3 +80,17 @@ def test_refuses_decoders_and_settings_it_cannot_run():
         ContinuousBeamSearch(model, DecodeConfig())  # the module's own step assumes one position
     with pytest.raises(ValueError, match="beam_size >= 2"):
         ContinuousBeamSearch(model.fast_decoder(), DecodeConfig(beam_size=1))
+
+
+def test_reorder_keeps_the_usual_cache_usual():
+    # beam_search reorders through concat; rows that all start at column 0 need no masks or per-row positions
+    model = tiny()
+    with torch.no_grad():
+        cache = model.start(sources())
+        model.step(torch.full((4,), 5), cache)
+        cache = cache.reorder(torch.tensor([3, 3, 0]))
+        assert cache.length == 1 and cache.start is None and cache.positions() is None and cache.self_mask() is None
+        ragged = concat(cache, model.start(sources()[:2]))  # 2 rows with no position yet join 3 with one
+        assert ragged.start.tolist() == [0, 0, 0, 1, 1]
+        with pytest.raises(ValueError, match="different positions"):  # the module's own step would ignore them
+            model.step(torch.full((5,), 5), ragged)

@@ -71,13 +71,10 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     `min_len` forbids EOS before that many tokens.
     """
     cfg = config or DecodeConfig()
-    B, K = src.shape[0], cfg.beam_size
-    limits = output_limits(model, src, cfg.max_len_a, cfg.max_len_b)
-    state = model.start(src, capacity=int(limits.max()))
-    state = state.reorder(torch.arange(B, device=src.device).repeat_interleave(K))  # (B·K) rows
-    beams = initial_beams(K, limits, torch.arange(B, device=src.device), [[] for _ in range(B)])
+    B = src.shape[0]
+    state, beams = start_beams(model, src, cfg, torch.arange(B, device=src.device), [[] for _ in range(B)])
     bans = banned_tokens(src.device)
-    for t in range(int(limits.max())):
+    for t in range(int(beams.limits.max())):
         logits = model.step(beams.last, state)  # (N, V)
         logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < min_len)], float("-inf"))
         n_before = beams.ids.numel()
@@ -91,8 +88,17 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     return [sorted(h, key=lambda x: -x.score)[: cfg.nbest] for h in beams.finished]
 
 
-def initial_beams(K: int, limits: Tensor, ids: Tensor, finished) -> _State:
-    """Beams for B = len(ids) new sentences (nothing decoded yet), `limits` (B,) their length limits."""
+def start_beams(model: Decodable, src: Tensor, cfg: DecodeConfig, ids: Tensor, finished) -> tuple:
+    """Encode src (B, S) and set up its search: (the model's state with K rows per sentence, the
+    beams, nothing decoded yet). `ids` (B,): the sentences' keys in `finished`."""
+    K = cfg.beam_size
+    limits = output_limits(model, src, cfg.max_len_a, cfg.max_len_b)  # (B,)
+    state = model.start(src, capacity=int(limits.max()))
+    state = state.reorder(torch.arange(src.shape[0], device=src.device).repeat_interleave(K))  # (B·K) rows
+    return state, _initial_beams(K, limits, ids, finished)
+
+
+def _initial_beams(K: int, limits: Tensor, ids: Tensor, finished) -> _State:
     B, device = ids.numel(), limits.device
     scores = torch.full((B, K), float("-inf"), device=device)
     scores[:, 0] = 0.0  # one live beam at first, so the K beams do not start as copies

@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from aiayn.config import EOS_ID, PAD_ID, DecodeConfig
-from aiayn.decoding.beam import Hypothesis, _State, advance, initial_beams
-from aiayn.decoding.common import banned_tokens, output_limits, pad_sources
+from aiayn.decoding.beam import Hypothesis, _State, advance, start_beams
+from aiayn.decoding.common import banned_tokens, pad_sources
 from aiayn.modules.cache import KVCache, concat
 
 
@@ -70,7 +70,7 @@ class ContinuousBeamSearch:
         """Search `sources` (token ids + EOS each) under `keys` (ints, unique in flight), from a coming step."""
         if len(sources) != len(keys):
             raise ValueError(f"need as many keys as sources, got {len(keys)} and {len(sources)}")
-        self.pending += [([int(i) for i in ids], int(key)) for ids, key in zip(sources, keys)]
+        self.pending += [(list(ids), int(key)) for ids, key in zip(sources, keys)]
 
     @torch.inference_mode()
     def step(self) -> list[tuple[int, list[Hypothesis]]]:
@@ -121,14 +121,11 @@ class ContinuousBeamSearch:
         """Encode the pending sources and add them; compact the cache in the same copy."""
         sources, keys = [s for s, _ in self.pending], [k for _, k in self.pending]
         self.pending, self.since_join = [], 0
-        K = self.config.beam_size
-        src = pad_sources(sources, PAD_ID, self.device)  # (B, S)
-        limits = output_limits(self.decoder, src, self.config.max_len_a, self.config.max_len_b)  # (B,)
-        state = self.decoder.start(src, capacity=int(limits.max()))
-        state = state.reorder(torch.arange(len(sources), device=self.device).repeat_interleave(K))  # (B·K) rows
         for key in keys:
             self.finished[key] = []
-        new = initial_beams(K, limits, torch.tensor(keys, dtype=torch.long, device=self.device), self.finished)
+        src = pad_sources(sources, PAD_ID, self.device)  # (B, S)
+        ids = torch.tensor(keys, dtype=torch.long, device=self.device)
+        state, new = start_beams(self.decoder, src, self.config, ids, self.finished)
         if self.beams is None:
             self.cache, self.beams = state, new
         else:  # one copy keeps the live rows, drops the leading columns none of them uses, adds the new rows
@@ -148,7 +145,7 @@ def _concat_beams(a: _State, b: _State) -> _State:
 
 
 def _trim_beams(s: _State) -> _State:
-    """Drop the leading history columns no sentence uses (as `KVCache.trim_` does to the cache)."""
+    """Drop the leading history columns no sentence uses (as `cache.concat` does to the cache)."""
     drop = int(s.start.min())
     if drop == 0:
         return s

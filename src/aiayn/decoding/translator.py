@@ -69,7 +69,7 @@ class TextTranslator:
                 results[i] = self._texts(hyps)
             if progress is not None:
                 progress(len(batch))
-        return results if nbest is not None else [r[0][0] for r in results]
+        return _as_returned(results, nbest is not None)
 
     def _texts(self, hyps) -> NBest:
         """(token ids, score) pairs -> (text, score) pairs."""
@@ -196,7 +196,6 @@ class ContinuousTranslation:
         self.translator, self.nbest = translator, nbest
         self.search = ContinuousBeamSearch(translator.decoder, decode, translator.device)
         self.results: dict = {}  # request -> one n-best list per text
-        self.waiting: dict = {}  # request -> texts still searching
         self.owner: dict[int, tuple] = {}  # search key -> (request, text index)
         self.keys = 0
 
@@ -211,7 +210,6 @@ class ContinuousTranslation:
             self.search.add(list(sources.values()), keys)  # first: if it raises, nothing is registered
         self.keys += len(sources)
         self.results[request] = [[("", 0.0)] for _ in texts]
-        self.waiting[request] = len(sources)
         self.owner.update({k: (request, i) for k, i in zip(keys, sources)})
 
     def step(self) -> list[tuple]:
@@ -219,14 +217,14 @@ class ContinuousTranslation:
         for key, hyps in self.search.step():
             request, i = self.owner.pop(key)
             self.results[request][i] = self.translator._texts([(h.tokens, h.score) for h in hyps])
-            self.waiting[request] -= 1
-        done = [r for r, n in self.waiting.items() if n == 0]
-        out = []
-        for request in done:
-            del self.waiting[request]
-            results = self.results.pop(request)
-            out.append((request, results if self.nbest else [r[0][0] for r in results]))
-        return out
+        searching = {request for request, _ in self.owner.values()}
+        done = [r for r in self.results if r not in searching]
+        return [(r, _as_returned(self.results.pop(r), self.nbest)) for r in done]
+
+
+def _as_returned(results: list[NBest], nbest: bool) -> list[str] | list[NBest]:
+    """What `translate` returns: the n-best lists, or each one's best text."""
+    return results if nbest else [r[0][0] for r in results]
 
 
 def line_seed(seed: int, line: int) -> int:

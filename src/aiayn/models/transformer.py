@@ -145,6 +145,9 @@ class Transformer(PretrainedModel):
         tgt: (B, T) ids for positions cache.length .. cache.length + T - 1. With an empty
         cache and the whole prefix this is teacher forcing; with T = 1 it is one step.
         """
+        if cache.start is not None:
+            raise ValueError("this cache holds rows at different positions (continuous batching), which only "
+                             "FastDecoder.step handles")
         hidden, self_ws, cross_ws = self.decoder(tgt, cache, need_weights)
         return DecoderOutput(self.project(hidden), cache, self_ws, cross_ws)
 

@@ -84,23 +84,7 @@ class KVCache:
         Beam search uses it to follow surviving hypotheses and, with
         `arange(B).repeat_interleave(beam)`, to expand a batch to beams.
         """
-        pick = lambda t: t.index_select(0, indices)  # noqa: E731
-        out = KVCache.__new__(KVCache)
-        out.cross_k = [pick(t) for t in self.cross_k]
-        out.cross_v = [pick(t) for t in self.cross_v]
-        out.src_mask = pick(self.src_mask)
-        out.cross_mask = None if self.cross_mask is None else pick(self.cross_mask)
-        out.has_source = None if self.has_source is None else pick(self.has_source)
-        out.self_k = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_k]
-        out.self_v = [None if t is None else pick(t[:, :, : self.length]) for t in self.self_v]
-        out.length = self.length
-        out.capacity = self.capacity
-        out.start = None if self.start is None else pick(self.start)
-        for layer, (k, v) in enumerate(zip(out.self_k, out.self_v)):
-            if k is not None:  # restore spare capacity so the next appends do not reallocate
-                out.self_k[layer] = out._grow(k, k, self.capacity)
-                out.self_v[layer] = out._grow(v, v, self.capacity)
-        return out
+        return concat(self, None, indices, headroom=max(self.capacity - self.length, 1))
 
     def reorder_(self, indices: Tensor) -> "KVCache":
         """In place: row i of the self-attention keys/values becomes row indices[i] (K,) -> (K,).
@@ -159,6 +143,8 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
     out = KVCache.__new__(KVCache)
     out.length, out.capacity = length, length + headroom
     out.start = torch.cat([a_start - first + (length - La)] + ([] if b is None else [_starts(b) + (length - Lb)]))
+    if a.start is None and (b is None or b.start is None) and not bool(out.start.any()):
+        out.start = None  # every row at column 0: the usual cache, no masks or per-row positions
     S = max(c.src_mask.shape[1] for c, *_ in parts)
     out.src_mask = _stack([(c.src_mask, r) for c, r, *_ in parts], 1, S)
     out.cross_k = [_stack([(c.cross_k[i], r) for c, r, *_ in parts], 2, S) for i in range(len(a.cross_k))]
@@ -177,11 +163,9 @@ def _starts(c: KVCache) -> Tensor:
 
 
 def _rows_of(t: Tensor, rows: Tensor | None, out: Tensor) -> None:
-    """out[:] = t[rows] (or t), without an intermediate copy."""
-    if rows is None:
-        out.copy_(t)
-    else:
-        torch.index_select(t, 0, rows, out=out)
+    """out[:] = t[rows] (or t). (index_select with out= into the strided block measured no faster,
+    and refuses tensors that require grad.)"""
+    out.copy_(t if rows is None else t.index_select(0, rows))
 
 
 def _stack(parts: list[tuple[Tensor, Tensor | None]], dim: int, size: int) -> Tensor:

@@ -117,9 +117,8 @@ class ModelService:
         """A continuous-batching session for these options, or None (the batcher then decodes whole
         calls): the native backend's beam search without attention maps."""
         settings = dict(options)
-        if (settings.pop("return_attention", False) or self.batcher.config.max_batch < 2
-                or not hasattr(self.translator, "continuous")):
-            return None  # max_batch 1: batching off, one request decoded at a time
+        if settings.pop("return_attention", False) or not hasattr(self.translator, "continuous"):
+            return None
         return self.translator.continuous(**settings)
 
     def _run(self, texts: list[str], options: tuple) -> list:

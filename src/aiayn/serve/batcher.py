@@ -143,7 +143,8 @@ class DynamicBatcher:
             head = self._wait_for_work()
             if head is None:
                 return
-            session = self.session(head.options) if self.session is not None else None
+            batching = self.session is not None and self.config.max_batch > 1  # max_batch 1: batching off
+            session = self.session(head.options) if batching else None
             if session is not None:
                 self._drive(session, head.options)
                 continue
@@ -167,8 +168,8 @@ class DynamicBatcher:
         """Step `session` until it has answered every request it took. Before each step it takes,
         in arrival order, the queued requests with these options that fit in `max_batch` texts."""
         in_flight: dict[int, _Request] = {}
-        texts = 0
         while True:
+            texts = sum(len(r.texts) for r in in_flight.values())
             joining = self._admit(options, self.config.max_batch - texts, first=not in_flight)
             for r in joining:
                 try:
@@ -177,7 +178,6 @@ class DynamicBatcher:
                     self._decode([r])
                     continue
                 in_flight[id(r)] = r
-                texts += len(r.texts)
             if not in_flight:
                 return
             try:
@@ -189,11 +189,9 @@ class DynamicBatcher:
                 return
             with self.stats.lock:
                 self.stats.steps += 1
-                self.stats.step_texts += texts
+                self.stats.step_texts += sum(len(r.texts) for r in in_flight.values())
             for key, outputs in done:
-                r = in_flight.pop(key)
-                texts -= len(r.texts)
-                _deliver(r, result=outputs)
+                _deliver(in_flight.pop(key), result=outputs)
 
     def _admit(self, options: Hashable, room: int, first: bool) -> list[_Request]:
         """Queued requests to join a running session: from the head, while they have `options`
