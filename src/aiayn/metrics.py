@@ -33,6 +33,13 @@ from typing import Sequence, Union
 
 References = Sequence[Union[str, Sequence[str]]]  # one reference, or several, per hypothesis
 
+LOWER_IS_BETTER = frozenset({"nll", "loss", "ppl", "babi_mean_error", "babi_failed_tasks"})  # all others: higher
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a larger value of the metric `name` (as validation reports it) is better."""
+    return name not in LOWER_IS_BETTER
+
 
 @dataclass(frozen=True)
 class Score:

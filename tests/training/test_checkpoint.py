@@ -25,6 +25,19 @@ def _setup(seed=0):
     return model, opt
 
 
+def test_a_checkpoint_from_before_best_score_migrates(tmp_path):
+    # states written before best_metric existed kept best_nll (lower wins); best_score is its negation
+    model, opt = _setup()
+    state = ckpt.TrainState(step=3, best_score=-1.25, best_step=2)
+    path = ckpt.save_checkpoint(tmp_path, ckpt.checkpoint_name(3), model, opt, state, [ckpt.capture_rng()])
+    state_file = path / ckpt.STATE_FILE
+    old = torch.load(state_file, weights_only=True)
+    old["state"]["best_nll"] = 1.25
+    del old["state"]["best_score"]
+    torch.save(old, state_file)
+    assert ckpt.load_checkpoint(path, *_setup(seed=1)).best_score == -1.25
+
+
 def test_round_trip_restores_weights_optimizer_rng_and_progress(tmp_path):
     model, opt = _setup()
     state = ckpt.TrainState(step=7, epoch=2, batch_index=3, elapsed=12.5, best_score=-1.25, best_step=6)

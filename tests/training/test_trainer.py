@@ -157,6 +157,17 @@ def test_best_by_a_task_metric_becomes_the_final_model(tmp_path):
     assert not all(torch.equal(p, q.cpu()) for p, q in zip(final.parameters(), trainer.model.parameters()))
 
 
+def test_a_lower_is_better_task_metric_picks_its_lowest_validation(tmp_path):
+    # bAbI's mean error: the best checkpoint is the validation with the lowest error (the second here)
+    errors = iter([30.0, 10.0, 20.0])
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM,
+                           run_config(max_updates=3, validate_every=1, best_metric="babi_mean_error"),
+                           tmp_path, epoch_data(), valid_data=batches(1, 4, seed=9),
+                           metrics=lambda m: {"babi_mean_error": next(errors)})
+    trainer.fit()
+    assert trainer.state.best_step == 2 and trainer.state.best_score == -10.0
+
+
 def test_an_unknown_best_metric_names_what_validation_gives(tmp_path):
     trainer = make_trainer(Transformer(tiny_config()), OPTIM,
                            run_config(max_updates=2, validate_every=1, best_metric="rouge"), tmp_path, epoch_data(),

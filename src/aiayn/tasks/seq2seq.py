@@ -104,7 +104,7 @@ class Seq2SeqTask:
         raise NotImplementedError
 
     def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
-        """Validation metrics of `hyps` (higher is better unless the name says error)."""
+        """Validation metrics of `hyps` (higher is better unless `metrics.LOWER_IS_BETTER` lists the name)."""
         raise NotImplementedError
 
     def report(self, hyps: list[str], examples: Examples) -> dict:

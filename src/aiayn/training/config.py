@@ -163,7 +163,7 @@ class RunConfig:
     bleu: bool = True  # greedy sacreBLEU at validation
     patience: int = 0  # stop after this many validations without a better loss; 0 = off
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
-    best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" (lower wins) or a task metric (higher wins)
+    best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" or a task metric (aiayn.metrics.higher_is_better says which way wins)
     final: str = "last"  # RUN_DIR/model: "last" (the mean of the last average_last) or "best" (the best checkpoint)
     init_from: str = ""  # a model directory whose weights start a fresh run (same names and shapes; e.g. MLM -> classifier)
     max_bad_updates: int = 10  # stop after this many non-finite updates in a row

@@ -349,15 +349,15 @@ class Trainer:
         return row
 
     def _score(self, row: dict) -> float:
-        """train.best_metric in `row`, as a score where higher is better."""
+        """train.best_metric in `row`, as a score where higher is better (`metrics.higher_is_better`)."""
+        from aiayn.metrics import higher_is_better
+
         if not row:
             return 0.0
         metric = self.run.best_metric
-        if metric == "nll":
-            return -row["nll"]
         if metric not in row:
             raise ValueError(f"train.best_metric = {metric!r}, but validation gives only {', '.join(sorted(row))}")
-        return row[metric]
+        return row[metric] if higher_is_better(metric) else -row[metric]
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, name: Optional[str] = None) -> Optional[Path]:
