@@ -13,7 +13,6 @@ float32 within 0.1 BLEU of aiayn, int8 within 0.5. "same" counts outputs identic
 from __future__ import annotations
 
 import argparse
-import gzip
 import sys
 import tempfile
 from pathlib import Path
@@ -22,17 +21,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
 from aiayn.config import DecodeConfig  # noqa: E402
+from aiayn.data.corpus import read_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"float32": 0.1, "int8": 0.5}  # largest |BLEU - aiayn's BLEU| accepted
 
 
-def read_lines(path: Path, limit: int) -> list[str]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found (Multi30k, see ../shared/data/multi30k/SOURCE.md)")
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
-    return lines[:limit] if limit > 0 else lines
+def read_split(path: Path, limit: int) -> list[str]:
+    """The lines of a Multi30k file (the first `limit`, if positive); errors name the file."""
+    return read_lines(path, strip=False)[:limit] if limit > 0 else read_lines(path, strip=False)
 
 
 def decode(name: str, translator, sources: list[str], refs: list[str], options: dict) -> dict:
@@ -57,8 +54,8 @@ def main(argv=None) -> int:
     add_common_arguments(p)
     args = p.parse_args(argv)
     threads = set_threads(args.threads)
-    sources = read_lines(args.data_dir / f"{args.split}.{args.langs[0]}.gz", args.limit)
-    refs = read_lines(args.data_dir / f"{args.split}.{args.langs[1]}.gz", args.limit)
+    sources = read_split(args.data_dir / f"{args.split}.{args.langs[0]}.gz", args.limit)
+    refs = read_split(args.data_dir / f"{args.split}.{args.langs[1]}.gz", args.limit)
     options = {"method": "beam", "beam_size": args.beam, "length_penalty": args.length_penalty}
     rows = run(args.model_dir, sources, refs, options, threads)
     report(rows, args, len(sources), threads)

@@ -11,7 +11,8 @@ of sentences is used up. The same sentences go, in one run, to:
     ctranslate2  `aiayn serve --backend ctranslate2` on the model exported by
                  `aiayn export ctranslate2` (with --ctranslate2; float32 unless --quantization)
     in-process   `Translator.translate` on the whole list in one call (its own batching), in
-                 this process: the ceiling a server can approach
+                 this process: the ceiling a server can approach; and, to locate the gap, the
+                 same in calls of 32 sentences and the continuous search with 32 in flight
 
 Every server is a separate process (`python -m aiayn serve`) on a free loopback port; the
 clients are asyncio tasks over one httpx connection pool in this process, on the same cores.
@@ -146,16 +147,38 @@ def summarize(latencies: list[float], outcomes: collections.Counter, wall: float
             "p99_ms": 1000 * cuts[98], "seconds": wall}
 
 
-def in_process(model: Path, sentences: list[str]) -> dict:
-    """Translator.translate on the whole list in one call, in this process."""
-    from aiayn.decoding.translator import Translator
+def in_process(model: Path, sentences: list[str], flight: int) -> list[dict]:
+    """Without HTTP, in this process: `Translator.translate` on the whole list in one call (its own
+    sorted batches), in calls of `flight` sentences, and the continuous search with `flight`
+    sentences in flight (a new one joins as soon as one ends), as the server runs it."""
+    from aiayn.tasks.seq2seq import load_translator
 
-    translator = Translator.from_pretrained(model)
+    translator = load_translator(model)  # set up by task.json, as the servers are
     translator.translate(sentences[:8])  # warm-up
-    start = time.perf_counter()
-    translator.translate(sentences)
-    wall = time.perf_counter() - start
-    return {"clients": "-", "ok": len(sentences), "errors": 0, "sent_per_s": len(sentences) / wall, "seconds": wall}
+    runs = {"in-process": lambda: translator.translate(sentences),
+            f"in-process, calls of {flight}": lambda: [translator.translate(sentences[i:i + flight])
+                                                       for i in range(0, len(sentences), flight)],
+            f"in-process continuous, {flight} in flight": lambda: continuously(translator, sentences, flight)}
+    rows = []
+    for name, run in runs.items():
+        start = time.perf_counter()
+        run()
+        wall = time.perf_counter() - start
+        rows.append({"server": name, "clients": "-", "ok": len(sentences), "errors": 0,
+                     "sent_per_s": len(sentences) / wall, "seconds": wall})
+    return rows
+
+
+def continuously(translator, sentences: list[str], flight: int) -> None:
+    session, todo = translator.continuous(), collections.deque(enumerate(sentences))
+    while todo and len(session) < flight:
+        i, text = todo.popleft()
+        session.add(i, [text])
+    while len(session):
+        for _ in session.step():
+            if todo:
+                i, text = todo.popleft()
+                session.add(i, [text])
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -196,12 +219,6 @@ def mean_batch(before: dict, after: dict) -> float:
     return diff("texts") / max(diff("batches"), 1)
 
 
-def export_ctranslate2(model: Path, out: Path, quantization: str) -> Path:
-    subprocess.run([sys.executable, "-m", "aiayn", "export", "ctranslate2", str(model), str(out),
-                    "--quantization", quantization], check=True)
-    return out
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", type=Path, default=ROOT / "runs" / "multi30k-de-en" / "model",
@@ -231,10 +248,12 @@ def main() -> None:
         with server(args.model, "--max-batch", "1", log=logs / "unbatched.log") as (url, _):
             rows += sweep("unbatched", url, sentences, clients)
         if args.ctranslate2:
-            exported = export_ctranslate2(args.model, logs / "ct2", args.quantization)
+            from aiayn.export import export_ctranslate2
+
+            exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
             with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
                 rows += sweep("ctranslate2", url, sentences, clients)
-        rows.append({"server": "in-process", **in_process(args.model, sentences)})
+        rows += in_process(args.model, sentences, flight=32)
         with server(args.model, *batching, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
             overflow = load(url, sentences, 128)
         soak = None
@@ -258,7 +277,8 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
                               ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))
     inproc = rate(rows, "in-process", "-")
     ratios = {"batched_vs_unbatched_at_32": rate(rows, "batched", 32) / rate(rows, "unbatched", 32),
-              "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc}
+              "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc,
+              "in_process_continuous_32_vs_in_process": rate(rows, "in-process continuous, 32 in flight", "-") / inproc}
     if args.ctranslate2:
         ratios["ctranslate2_vs_batched_at_32"] = rate(rows, "ctranslate2", 32) / rate(rows, "batched", 32)
     print()

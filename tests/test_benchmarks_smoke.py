@@ -60,3 +60,17 @@ def test_layer_complexity_json_and_table_1_columns():
     assert rows[("recurrent (GRU)", 32)]["sequential"] == 32 and rows[("self-attention", 32)]["path"] == 1
     assert rows[("self-attention", 32)]["gflop"] > 4 * rows[("self-attention", 8)]["gflop"] * 0.99  # grows with n
     assert all(r["ms"] > 0 for r in out["rows"])
+
+
+def test_serve_load_reads_batching_from_metrics_and_percentiles_from_latencies():
+    import collections
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from serve_load import mean_batch, summarize
+
+    before = {"texts": 10, "batches": 5, "continuous_steps": 0, "continuous_texts_in_flight": 0}
+    assert mean_batch(before, {**before, "texts": 40, "batches": 8}) == 10.0  # whole calls: 30 texts in 3
+    assert mean_batch(before, {**before, "continuous_steps": 4, "continuous_texts_in_flight": 90}) == 22.5
+    row = summarize([i / 1000 for i in range(1, 101)], collections.Counter({200: 100, 503: 2}), 2.0, 8)
+    assert (row["ok"], row["errors"], row["sent_per_s"]) == (100, 2, 50.0)
+    assert round(row["p50_ms"], 1) == 50.5 and round(row["p99_ms"], 2) == 99.01

@@ -9,6 +9,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from aiayn.plots.attention import attention_for_sentence  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
 
@@ -41,7 +42,7 @@ def test_libretranslate_json_form_and_query(client, model_dir):
     assert client.get("/languages").json() == [{"code": "de", "name": "de", "targets": ["en"]}]
 
 
-def test_native_api_with_scores_and_attention(client):
+def test_native_api_with_scores_and_attention(client, model_dir):
     body = client.post("/v1/translate", json={"text": [SENTENCE], "beam_size": 2, "nbest": 2,
                                               "return_attention": True}).json()
     result = body["translations"][0]
@@ -51,10 +52,15 @@ def test_native_api_with_scores_and_attention(client):
     assert weights.shape[:2] == (2, 2) and weights.shape[3] == len(attention["source"]) == 5  # 4 symbols + EOS
     assert weights.shape[2] == len(attention["target"])
     assert torch.allclose(weights.sum(-1), torch.ones(()), atol=1e-3)
-    greedy = client.post("/v1/translate", json={"text": [SENTENCE], "method": "greedy", "return_attention": True}).json()
-    result = greedy["translations"][0]
-    assert result["hypotheses"] == [{"text": result["text"], "score": None}]
-    assert len(result["attention"]["target"]) == len(result["text"].split()) + 1  # the pieces of the output + EOS
+    for max_len_b in (3, 50):  # this model runs to the limit: no EOS row (the plot command is the reference)
+        greedy = client.post("/v1/translate", json={"text": [SENTENCE], "method": "greedy", "max_len_b": max_len_b,
+                                                    "return_attention": True}).json()
+        result = greedy["translations"][0]
+        assert result["hypotheses"] == [{"text": result["text"], "score": None}]
+        want = attention_for_sentence(model_dir, SENTENCE, 0.0, max_len_b)  # task.json: max_len_a = 0
+        got = result["attention"]
+        assert got["source"] == want.src_labels and got["target"] == want.out_labels
+        torch.testing.assert_close(torch.tensor(got["weights"]), torch.from_numpy(want.cross), atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("request_kwargs,status,message", [

@@ -78,8 +78,8 @@ def test_float32_decodes_as_aiayn(model_dir, exported):
         options = dict(BEAM, length_penalty=alpha, length_penalty_form=form)
         assert_same_nbest(native.translate(TEXTS, nbest=3, **options), ct2.translate(TEXTS, nbest=3, **options))
     assert ct2.translate(TEXTS) == native.translate(TEXTS)  # task.json's defaults
-    sampled = ct2.translate(TEXTS, method="sample", top_k=3, temperature=0.5)
-    assert len(sampled) == len(TEXTS) and sampled[1] == "" and all(isinstance(t, str) for t in sampled)
+    sampled = ct2.translate(TEXTS, **dict(GREEDY, method="sample", top_k=1, temperature=0.5))  # top-1: greedy
+    assert sampled == native.translate(TEXTS, **GREEDY)
     with pytest.raises(ValueError, match="seeded sampling is not available"):
         ct2.translate(TEXTS, method="sample", seed=1)
     with pytest.raises(ValueError, match="nbest 2 needs beam search"):
@@ -95,15 +95,14 @@ def test_pre_norm_and_separate_vocabularies_decode_as_aiayn(tmp_path):
         assert_same_nbest(native.translate(TEXTS, nbest=2, **BEAM), ct2.translate(TEXTS, nbest=2, **BEAM))
 
 
-def test_int8_gives_outputs_of_the_right_form(model_dir, exported, tmp_path):
+def test_int8_stores_the_same_weights_smaller(model_dir, exported, tmp_path):
+    # int8 arithmetic on this 32-wide random model changes its outputs (BLEU on a real model:
+    # benchmarks/export_bleu.py), so the stored weights are checked by computing with them in float32
     out = export_ctranslate2(model_dir, tmp_path / "int8", quantization="int8")
     assert json.loads((out / MANIFEST).read_text())["quantization"] == "int8"
-    ct2 = CT2Translator.from_pretrained(out)
-    texts = ct2.translate(TEXTS, **GREEDY)
-    assert len(texts) == len(TEXTS) and texts[1] == ""
-    assert all(set(t.split()) <= {*symbols(10), "<unk>"} for t in texts)
-    nbest = ct2.translate(TEXTS, nbest=2, **BEAM)
-    assert all(len(h) == 2 and h[0][1] >= h[1][1] for i, h in enumerate(nbest) if i != 1)
+    native, ct2 = load_translator(model_dir), CT2Translator.from_pretrained(out, compute_type="float32")
+    assert ct2.translate(TEXTS, **GREEDY) == native.translate(TEXTS, **GREEDY)
+    assert ct2.translate(TEXTS, **BEAM) == native.translate(TEXTS, **BEAM)  # (rounded weights reorder near-ties lower)
     assert (out / "model.bin").stat().st_size < (exported / "model.bin").stat().st_size
 
 

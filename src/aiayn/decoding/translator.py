@@ -71,6 +71,10 @@ class TextTranslator:
                 progress(len(batch))
         return _as_returned(results, nbest is not None)
 
+    def continuous(self, *, nbest: int | None = None, **overrides) -> "ContinuousTranslation | None":
+        """A continuous-batching session with these settings, or None where a backend has none."""
+        return None
+
     def _texts(self, hyps) -> NBest:
         """(token ids, score) pairs -> (text, score) pairs."""
         return [(self.tokenizers.tgt.decode(tokens), score) for tokens, score in hyps]

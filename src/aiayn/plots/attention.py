@@ -87,7 +87,7 @@ def decode_with_attention(
     """
     with eval_mode(model):
         src = torch.tensor([list(src_ids)], dtype=torch.long, device=next(model.parameters()).device)  # (1, S)
-        out_ids = _with_end(model, src, greedy_search(model, src, max_len_a, max_len_b)[0], max_len_a, max_len_b)
+        out_ids = with_end(model, src, greedy_search(model, src, max_len_a, max_len_b)[0], max_len_a, max_len_b)
         in_ids = [BOS_ID, *out_ids[:-1]]
         weights = model.attention(src, torch.tensor([in_ids], device=src.device))  # teacher-forced, (1, T)
     return AttentionMaps(
@@ -96,7 +96,7 @@ def decode_with_attention(
     )
 
 
-def _with_end(model, src: Tensor, tokens: list[int], max_len_a, max_len_b) -> list[int]:
+def with_end(model, src: Tensor, tokens: list[int], max_len_a, max_len_b) -> list[int]:
     """The generated ids with the EOS that ended them, unless the length limit did."""
     limit = int(output_limits(model, src, max_len_a, max_len_b)[0])
     return tokens + [EOS_ID] if len(tokens) < limit else tokens

@@ -109,15 +109,14 @@ class ModelService:
         if self.task not in TASK_ROUTES:
             raise ValueError(f"{model_dir}: aiayn serve has no routes for task {self.task!r} "
                              f"(it serves {', '.join(TASK_ROUTES)})")
-        self.pipeline = _load_pipeline(self.task, load_backend(backend, model_dir, device))
-        self.translator = getattr(self.pipeline, "translator", self.pipeline)
+        self.translator = load_backend(backend, model_dir, device)  # the routes build each task's sources
         self.batcher = DynamicBatcher(self._run, batching, session=self._session)
 
     def _session(self, options: tuple):
         """A continuous-batching session for these options, or None (the batcher then decodes whole
         calls): the native backend's beam search without attention maps."""
         settings = dict(options)
-        if settings.pop("return_attention", False) or not hasattr(self.translator, "continuous"):
+        if settings.pop("return_attention", False):
             return None
         return self.translator.continuous(**settings)
 
@@ -129,8 +128,9 @@ class ModelService:
         results = self.translator.translate(texts, nbest=nbest, **settings)
         if not want_attention:
             return results
+        decode, _ = self.translator._configs(settings, nbest)  # the length limits these outputs had
         best = [r if isinstance(r, str) else r[0][0] for r in results]  # str, or an n-best list
-        return [(r, cross_attention(self.translator, t, b)) for t, r, b in zip(texts, results, best)]
+        return [(r, cross_attention(self.translator, t, b, decode)) for t, r, b in zip(texts, results, best)]
 
     async def decode(self, texts: list[str], **options) -> list:
         try:
@@ -166,30 +166,23 @@ def load_backend(backend: str, model_dir: str | Path, device: str):
     return load_translator(model_dir, device)
 
 
-def _load_pipeline(task: str, translator):
-    from aiayn.tasks.qa import QA
-    from aiayn.tasks.summarization import Summarizer
-
-    return translator if task == "translation" else {"summarization": Summarizer, "qa": QA}[task](translator)
-
-
-def cross_attention(translator, source: str, output: str) -> dict:
+def cross_attention(translator, source: str, output: str, decode) -> dict:
     """The encoder-decoder attention of `output` given `source` (one teacher-forced pass of the
-    output's tokens, re-encoded from its text): layers x heads x target x source, with the pieces."""
+    output's tokens, re-encoded from its text, with the EOS that ended it unless `decode`'s length
+    limit did): layers x heads x target x source, with the pieces."""
     import torch
 
-    from aiayn.config import BOS_ID, EOS_ID
+    from aiayn.config import BOS_ID
     from aiayn.decoding.common import encode_source
-    from aiayn.plots.attention import forward_attention
+    from aiayn.plots.attention import forward_attention, with_end
 
     tok, device = translator.tokenizers, translator.device
-    src = encode_source(tok.src, source, translator.max_input_tokens, translator.keep)
-    out = tok.tgt.encode(output) + [EOS_ID]
-    _, _, per_layer = forward_attention(translator.model, torch.tensor([src], device=device),
-                                        torch.tensor([[BOS_ID, *out[:-1]]], device=device))
+    src = torch.tensor([encode_source(tok.src, source, translator.max_input_tokens, translator.keep)], device=device)
+    out = with_end(translator.model, src, tok.tgt.encode(output), decode.max_len_a, decode.max_len_b)
+    _, _, per_layer = forward_attention(translator.model, src, torch.tensor([[BOS_ID, *out[:-1]]], device=device))
     cross = torch.stack([w[0] for w in per_layer]).float().cpu()  # (L, H, T, S)
     return {"weights": [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in cross.tolist()],
-            "source": tok.src.pieces(src), "target": tok.tgt.pieces(out)}
+            "source": tok.src.pieces(src[0].tolist()), "target": tok.tgt.pieces(out)}
 
 
 # -- routes, per task --------------------------------------------------------------------------
