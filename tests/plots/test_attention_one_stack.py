@@ -44,7 +44,7 @@ def test_vit_cls_to_patch_attention(tmp_path):
     import json
 
     from aiayn.plots.patches import cls_patch_attention, plot_patch_attention
-    from aiayn.tasks.vision import load_digits, patches
+    from aiayn.tasks.vision import load_digits, patches, split_indices
 
     torch.manual_seed(0)
     vit = EncoderOnly(EncoderOnlyConfig(vocab_size=1, d_model=16, n_heads=2, n_layers=3, d_ff=32, input="patches",
@@ -60,8 +60,9 @@ def test_vit_cls_to_patch_attention(tmp_path):
     np.testing.assert_allclose(att.cls, expected, atol=1e-6)
     assert np.all(att.cls.sum(-1) < 1.0)  # the rest went to [CLS] itself
     np.testing.assert_allclose(att.grid(1), expected[1].mean(0).reshape(4, 4), atol=1e-6)
-    images, _ = load_digits()
-    assert any(np.array_equal(att.image, im) for im in images)
+    images, labels = load_digits()
+    picked = split_indices(len(labels), "test")[5]  # the task's own split: image 5 of the test images
+    assert np.array_equal(att.image, images[picked]) and att.label == str(labels[picked])
     fig, arrays = plot_patch_attention(att)
     assert set(arrays) == {"image", "layer0", "layer1", "layer2"}
     _, per_head = plot_patch_attention(att, layer=2)

@@ -67,7 +67,7 @@ def js_errors() -> list[str]:
 
 
 @pytest.fixture
-def page(browser, url, js_errors):
+def page(url, browser, js_errors):  # the model trains before Chromium starts, not while it idles
     """The page at `/`; JavaScript errors and console errors go to `js_errors`."""
     page = browser.new_page(viewport={"width": 1000, "height": 700})
     page.on("pageerror", lambda e: js_errors.append(str(e)))

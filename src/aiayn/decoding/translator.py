@@ -125,7 +125,7 @@ class Translator(TextTranslator):
         self.max_input_tokens = max_input_tokens or model.max_input_length
         self.batch_tokens = batch_tokens
         self.keep = keep  # which end of an over-long source survives (see encode_source)
-        _check_vocab(model.config, tokenizers)
+        check_vocab(model.config, tokenizers)
         self.refresh()
 
     def refresh(self) -> None:
@@ -238,8 +238,10 @@ def line_seed(seed: int, line: int) -> int:
     return int.from_bytes(digest, "little")
 
 
-def _check_vocab(config, tokenizers) -> None:
+def check_vocab(config, tokenizers, where: str = "") -> None:
+    """Each tokenizer has as many tokens as the model's embedding; `where` (a path) opens the error."""
     for side, size in (("src", config.src_vocab_size), ("tgt", config.tgt_vocab_size)):
         tok = getattr(tokenizers, side)
         if tok.vocab_size != size:
-            raise ValueError(f"{side} tokenizer has {tok.vocab_size} tokens but the model expects {size}")
+            raise ValueError(f"{where}{': ' if where else ''}{side} tokenizer has {tok.vocab_size} tokens but the "
+                             f"model expects {size}")

@@ -50,8 +50,6 @@ class CT2Translator(TextTranslator):
     `Translator`'s: `decode`/`sampling` hold the defaults that `translate` keyword arguments override.
     """
 
-    backend = "ctranslate2"
-
     def __init__(self, engine, tokenizers, max_positions: int, decode: DecodeConfig | None = None,
                  sampling: SamplingConfig | None = None, max_input_tokens: int | None = None,
                  batch_tokens: int = DEFAULT_BATCH_TOKENS, keep: str = "start", patience: float = PATIENCE):

@@ -105,6 +105,7 @@ def read_manifest(export_dir: str | Path) -> dict:
 def _read_model_dir(model_dir: Path):
     """(model, tokenizers, task info) of an exportable model directory; errors name the file."""
     from aiayn.data.tokenizer import load_tokenizers
+    from aiayn.decoding.translator import check_vocab
     from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
     from aiayn.tasks.base import read_task_info
 
@@ -118,10 +119,7 @@ def _read_model_dir(model_dir: Path):
         raise ValueError(f"{model_dir / CONFIG_FILE}: additive attention has no CTranslate2 counterpart "
                          "(attention_score 'scaled_dot' and 'dot' export)")
     model, tokenizers = load_model(model_dir), load_tokenizers(model_dir)
-    for side, size in (("src", config.src_vocab_size), ("tgt", config.tgt_vocab_size)):
-        if getattr(tokenizers, side).vocab_size != size:
-            raise ValueError(f"{model_dir}: the {side} tokenizer has {getattr(tokenizers, side).vocab_size} "
-                             f"tokens but {CONFIG_FILE} says {size}")
+    check_vocab(config, tokenizers, str(model_dir))
     return model, tokenizers, read_task_info(model_dir)
 
 
@@ -174,14 +172,14 @@ def _write_extras(directory: Path, tokenizers, info: dict, manifest: dict) -> No
 
 # -- the conversion ----------------------------------------------------------------------------------
 def convert_transformer(model, out_dir: str | Path, quantization: str | None,
-                        src_vocab: Sequence[str], tgt_vocab: Sequence[str], positions: int | None = None) -> Path:
+                        src_vocab: Sequence[str], tgt_vocab: Sequence[str]) -> Path:
     """Write CTranslate2's files for the `aiayn.models.Transformer` `model` into `out_dir`.
 
-    `src_vocab`/`tgt_vocab`: the token string of every id. `positions`: rows of the position
-    table (default: the learned table's size, or max_positions + 256 for sinusoids, so that an
-    output may run past the longest source). `quantization` None keeps float32.
+    `src_vocab`/`tgt_vocab`: the token string of every id. The position tables get `_table_rows`
+    rows (the learned table's size, or max_positions + 256 for sinusoids, so that an output may
+    run past the longest source), as the manifest says. `quantization` None keeps float32.
     """
-    spec = transformer_spec(model, positions)
+    spec = transformer_spec(model)
     spec.register_source_vocabulary(list(src_vocab))
     spec.register_target_vocabulary(list(tgt_vocab))
     spec.validate()
@@ -192,7 +190,7 @@ def convert_transformer(model, out_dir: str | Path, quantization: str | None,
     return out_dir
 
 
-def transformer_spec(model, positions: int | None = None):
+def transformer_spec(model):
     """A CTranslate2 `TransformerSpec` holding the weights of `model` (float32 numpy copies)."""
     import numpy as np
     from ctranslate2.specs import common_spec, transformer_spec as ts
@@ -202,7 +200,7 @@ def transformer_spec(model, positions: int | None = None):
                                           pre_norm=c.norm_first, activation=common_spec.Activation.RELU)
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     spec.config.add_source_eos = True  # aiayn's sources end with EOS
-    rows = positions or _table_rows(c)
+    rows = _table_rows(c)
     for side, stack in ((spec.encoder, model.encoder), (spec.decoder, model.decoder)):
         _stack(side, stack, rows, c.attention_score)
     out = model.output_proj.weight if model.output_proj is not None else model.decoder.embed.weight

@@ -39,14 +39,12 @@ def cls_patch_attention(model_dir: str | Path, index: int = 0, split: str = "tes
     """The [CLS]-to-patch attention of image `index` of the digits' `split`, with the prediction."""
     from aiayn.models import load_model
     from aiayn.tasks.base import read_task_info
-    from aiayn.tasks.vision import SPLIT, SPLIT_SEED, load_digits, patches
+    from aiayn.tasks.vision import ImageClassifyTask, load_digits, patches, split_indices
 
-    info = read_task_info(model_dir, expect="image-classify")
+    info = read_task_info(model_dir, expect=ImageClassifyTask.name)
     model = load_model(model_dir)
     images, labels = load_digits()
-    order = np.random.default_rng(SPLIT_SEED).permutation(len(labels))
-    lo, hi = (int(f * len(order)) for f in SPLIT[split])
-    chosen = order[lo:hi]
+    chosen = split_indices(len(labels), split)
     if not 0 <= index < len(chosen):
         raise ValueError(f"image {index} out of range: the {split} split has images 0..{len(chosen) - 1}")
     image, size = images[chosen[index]], int(info["patch_size"])

@@ -224,9 +224,11 @@ class MLMTask(ClassifyTask):
 
     name = "mlm"
 
-    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
-        super().prepare(run_dir, dist, fresh)
-        self.mask_id = self.tokenizers.src.encode(MASK)[-1]  # "[MASK]" is a piece of its own (maybe after "▁")
+    @property
+    def mask_id(self) -> int:
+        """The id of "[MASK]", a piece of its own (maybe after "▁"), from whichever tokenizers the task
+        has (prepared or restored)."""
+        return self.tokenizers.src.encode(MASK)[-1]
 
     def n_classes(self) -> int:
         return 0

@@ -49,6 +49,16 @@ def patches(images: np.ndarray, size: int) -> np.ndarray:
     return grid.reshape(B, (H // size) * (W // size), size * size)
 
 
+def split_indices(n: int, split: str) -> np.ndarray:
+    """Indices of the digits in `split` ("train", "valid" or "test"): a fixed, seeded permutation cut
+    by `SPLIT`'s fractions."""
+    if split not in SPLIT:
+        raise ValueError(f"digits splits are {', '.join(SPLIT)}, not {split!r}")
+    order = np.random.default_rng(SPLIT_SEED).permutation(n)
+    lo, hi = (int(f * n) for f in SPLIT[split])
+    return order[lo:hi]
+
+
 class ImageClassifyTask(ClassifyTask):
     name = "image-classify"
 
@@ -57,14 +67,11 @@ class ImageClassifyTask(ClassifyTask):
             raise ValueError(f"task image-classify reads data.corpus = 'sklearn:digits', not {self.data.corpus!r}")
         t = time.monotonic()
         images, labels = load_digits()
-        order = np.random.default_rng(SPLIT_SEED).permutation(len(labels))
         tokens = patches(images, self.data.patch_size)
         self.labels = [str(d) for d in range(10)]
         for split in filter(None, (self.data.train_split, self.data.valid_split, self.data.test_split)):
-            if split not in SPLIT:
-                raise ValueError(f"digits splits are {', '.join(SPLIT)}, not {split!r}")
-            lo, hi = (int(f * len(order)) for f in SPLIT[split])
-            self.splits[split] = (tokens[order[lo:hi]], labels[order[lo:hi]].tolist())
+            chosen = split_indices(len(labels), split)
+            self.splits[split] = (tokens[chosen], labels[chosen].tolist())
         log.info("digits ready in %.1f s: %s images, patches %s", time.monotonic() - t,
                  {k: len(v[1]) for k, v in self.splits.items()}, self.splits[self.data.train_split][0].shape[1:])
 
