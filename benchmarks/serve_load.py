@@ -14,8 +14,12 @@ of sentences is used up. The same sentences go, in one run, to:
                  this process: the ceiling a server can approach; and, to locate the gap, the
                  same in calls of 32 sentences and the continuous search with 32 in flight
 
-Every server is a separate process (`python -m aiayn serve`) on a free loopback port; the
-clients are asyncio tasks over one httpx connection pool in this process, on the same cores.
+Every server is a separate process (`python -m aiayn serve`) on a free loopback port. The
+clients are asyncio tasks over one httpx connection pool in this process, on the same cores;
+with `--client wrk` the throughput rows come from `wrk` (Debian's package: one C thread and
+event loop, a Lua script cycling the same sentences, for --wrk-seconds a row), which takes much
+less of the two cores than Python clients do, so the rows measure the servers more than the
+load generator.
 
 Two more checks, bounded in time:
     overflow     128 clients against a server whose queue holds 8: every answer must be a 200 or
@@ -24,7 +28,7 @@ Two more checks, bounded in time:
                  them; the server's resident memory (VmRSS) is read at the start and at the end
 
     python benchmarks/serve_load.py [--model runs/multi30k-de-en/model] [--requests 256]
-                                    [--ctranslate2] [--soak-seconds 120] [--json]
+                                    [--ctranslate2] [--soak-seconds 120] [--client wrk] [--json]
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ import asyncio
 import collections
 import contextlib
 import gzip
+import json
+import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -147,6 +154,44 @@ def summarize(latencies: list[float], outcomes: collections.Counter, wall: float
             "p99_ms": 1000 * cuts[98], "seconds": wall}
 
 
+# The wrk client: one POST /v1/translate per request, cycling the sentences (one JSON body per line of
+# the file given after `--`); at the end, one line with the counts and latency percentiles (µs).
+WRK_SCRIPT = """
+local bodies, i = {}, 0
+function init(args)
+  for line in io.lines(args[1]) do bodies[#bodies + 1] = line end
+end
+function request()
+  i = i % #bodies + 1
+  return wrk.format("POST", "/v1/translate", {["Content-Type"] = "application/json"}, bodies[i])
+end
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("AIAYN %d %d %d %d %d %d %d\\n", summary.requests, e.status,
+    e.connect + e.read + e.write + e.timeout, summary.duration, latency:percentile(50),
+    latency:percentile(95), latency:percentile(99)))
+end
+"""
+
+
+def load_wrk(url: str, sentences: list[str], clients: int, seconds: float, timeout: float = 120.0) -> dict:
+    """`clients` connections from `wrk` for `seconds`, cycling `sentences`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script, bodies = Path(tmp) / "load.lua", Path(tmp) / "bodies.jsonl"
+        script.write_text(WRK_SCRIPT)
+        bodies.write_text("".join(json.dumps({"text": [s]}) + "\n" for s in sentences))
+        out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{seconds:g}s", f"--timeout={timeout:g}s",
+                              "-s", str(script), url, "--", str(bodies)], check=True, capture_output=True, text=True)
+    found = re.search(r"AIAYN (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)", out.stdout)
+    if found is None:
+        raise RuntimeError(f"wrk printed no summary: {out.stdout[-2000:]} {out.stderr[-2000:]}")
+    requests, status_errors, socket_errors, duration_us, p50, p95, p99 = map(int, found.groups())
+    ok = requests - status_errors
+    return {"clients": clients, "ok": ok, "errors": status_errors + socket_errors,
+            "error_kinds": {"non-2xx": status_errors, "socket": socket_errors}, "sent_per_s": ok / (duration_us / 1e6),
+            "p50_ms": p50 / 1000, "p95_ms": p95 / 1000, "p99_ms": p99 / 1000, "seconds": duration_us / 1e6}
+
+
 def in_process(model: Path, sentences: list[str], flight: int) -> list[dict]:
     """Without HTTP, in this process: `Translator.translate` on the whole list in one call (its own
     sorted batches), in calls of `flight` sentences, and the continuous search with `flight`
@@ -190,12 +235,14 @@ def read_sentences(n: int) -> list[str]:
     return lines[:n]
 
 
-def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...]) -> list[dict]:
+def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...], wrk_seconds: float = 0) -> list[dict]:
+    """One row per concurrency level; with `wrk_seconds`, wrk's load for that long instead of httpx's."""
     load(url, sentences[:16], 4)  # warm-up: threads, allocator, first shapes
     rows = []
     for n in clients:
         before = server_counts(url)
-        row = {"server": name, **load(url, sentences, n)}
+        measured = load_wrk(url, sentences, n, wrk_seconds) if wrk_seconds else load(url, sentences, n)
+        row = {"server": name, **measured}
         row["mean_batch"] = mean_batch(before, server_counts(url))
         print(f"  {name:12s} {n:4d} clients: {row['sent_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
               f"errors {row['errors']}", file=sys.stderr, flush=True)
@@ -232,11 +279,17 @@ def main() -> None:
     p.add_argument("--max-wait-ms", type=float, default=BatchConfig().max_wait_ms,
                    help=f"the batched servers' --max-wait-ms (default: aiayn serve's, {BatchConfig().max_wait_ms:g})")
     p.add_argument("--soak-seconds", type=float, default=120.0, help="memory soak at 32 clients; 0 = skip")
+    p.add_argument("--client", choices=("httpx", "wrk"), default="httpx",
+                   help="the load generator of the throughput rows (wrk: Debian's package)")
+    p.add_argument("--wrk-seconds", type=float, default=20.0, help="with --client wrk: seconds per row")
     add_common_arguments(p)
     args = p.parse_args()
     if not (args.model / "config.json").is_file():
         raise SystemExit(f"{args.model}: no model directory (train one: aiayn train recipes/multi30k-de-en.toml)")
     clients = tuple(int(c) for c in args.clients.split(","))
+    if args.client == "wrk" and shutil.which("wrk") is None:
+        raise SystemExit("--client wrk needs wrk on the PATH (apt-get install wrk)")
+    wrk_seconds = args.wrk_seconds if args.client == "wrk" else 0
     sentences = read_sentences(args.requests)
     set_threads(args.threads)  # this process's, for the in-process row; the servers use torch's default
     rows: list[dict] = []
@@ -244,15 +297,15 @@ def main() -> None:
         logs = Path(tmp)
         batching = ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms))
         with server(args.model, *batching, log=logs / "batched.log") as (url, _):
-            rows += sweep("batched", url, sentences, clients)
+            rows += sweep("batched", url, sentences, clients, wrk_seconds)
         with server(args.model, "--max-batch", "1", log=logs / "unbatched.log") as (url, _):
-            rows += sweep("unbatched", url, sentences, clients)
+            rows += sweep("unbatched", url, sentences, clients, wrk_seconds)
         if args.ctranslate2:
             from aiayn.export import export_ctranslate2
 
             exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
             with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
-                rows += sweep("ctranslate2", url, sentences, clients)
+                rows += sweep("ctranslate2", url, sentences, clients, wrk_seconds)
         rows += in_process(args.model, sentences, flight=32)
         with server(args.model, *batching, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
             overflow = load(url, sentences, 128)
@@ -271,7 +324,9 @@ def rate(rows: list[dict], server_name: str, clients) -> float:
 
 
 def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
-    print(f"model {args.model}, {args.requests} Multi30k validation sentences per row, one per request")
+    per_row = f"wrk for {args.wrk_seconds:g} s" if args.client == "wrk" else "httpx clients"
+    print(f"model {args.model}, {args.requests} Multi30k validation sentences (cycled), one per request; "
+          f"server rows: {per_row}")
     print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
                               ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
                               ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))

@@ -83,3 +83,37 @@ def test_state_reorder_in_place_equals_reorder():
     got = model.decode(tgt[rows, 3:4], cache.reorder_(rows)).logits
     torch.testing.assert_close(got, expected)
     assert cache.cross_k[0] is cross_k and cache.length == 4
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}])
+@torch.inference_mode()
+def test_beams_share_their_source_and_step_as_rows_with_their_own_copy(overrides):
+    """Expanding 3 sentences to 4 beams keeps one copy of each source's cross-attention tensors
+    (`KVCache.group`); both steps then equal those on a cache with a copy per row, through a beam
+    reorder, dropping a sentence, and a reorder that breaks the groups."""
+    model, src, K = tiny(**overrides), sources(), 4
+    fast = model.fast_decoder()
+    shared = model.start(src)
+    cross_k = shared.cross_k[0]
+    shared = shared.reorder(torch.arange(3).repeat_interleave(K))  # as start_beams expands to beams
+    assert shared.group == K and shared.batch_size == 3 * K and shared.cross_k[0] is cross_k
+    own = model.start(src.repeat_interleave(K, 0))  # a copy per row
+    shared_fast = shared.reorder(torch.arange(3 * K))
+    assert own.group == 1 and shared_fast.group == K and shared_fast.cross_k[0] is cross_k
+    tgt = torch.randint(4, V, (3 * K, 5))
+    moves = {1: torch.arange(3 * K).view(3, K).flip(1).reshape(-1),  # beams move within their sentence
+             2: torch.arange(K, 3 * K),  # sentence 0 ends: whole groups kept
+             3: torch.tensor([0, 0, 5, 5, 5, 5])}  # runs of 2 and 4: groups of 2
+    for t in range(tgt.shape[1]):
+        ref = model.step(tgt[:, t], own)
+        torch.testing.assert_close(model.step(tgt[:, t], shared), ref, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fast.step(tgt[:, t], shared_fast), ref, atol=1e-5, rtol=1e-5)
+        rows = moves.get(t)
+        if rows is None:
+            continue
+        if t == 1:
+            own.reorder_(rows), shared.reorder_(rows), shared_fast.reorder_(rows)
+        else:
+            own, shared, shared_fast = own.reorder(rows), shared.reorder(rows), shared_fast.reorder(rows)
+        tgt = tgt[rows]
+    assert shared.group == 2 and shared.src_mask.shape[0] == 3 and shared.batch_size == 6

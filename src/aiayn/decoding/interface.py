@@ -12,8 +12,8 @@ Conventions (see `aiayn.decoding.common`):
     every output starts from BOS_ID and ends at EOS_ID or at its length limit
 
 The encoder-decoder's state is `aiayn.modules.cache.KVCache`, which documents each tensor:
-cross-attention keys/values (N, H, S, Dh) and masks, self-attention keys/values
-(N, H, C, Dh) of capacity C, and the number of positions decoded.
+cross-attention keys/values and masks, one per source (the beams of a sentence share them),
+self-attention keys/values (N, H, C, Dh) of capacity C, and the number of positions decoded.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ class FastDecoder:
         dec = self.decoder
         x = dec.embed(tokens) + self._positions(cache)  # (N, D)
         self_mask = cache.self_mask()  # (N, 1, 1, P+1) or None: rows that joined later see only their own
-        cross_mask, has_key = cache.cross_mask, cache.has_source  # (N, 1, 1, S), (N, 1, 1, 1) or None
+        cross_mask, has_key = cache.cross_mask, cache.has_source  # (n, 1, 1, S), (n, 1, 1, 1) or None
         if has_key is not None:
             cross_mask = cross_mask | ~has_key  # an empty row attends everywhere, then is zeroed
         for i, p in enumerate(self.layers):
@@ -131,11 +131,11 @@ class FastDecoder:
             x = x if self.norm_first else self._norm(x, p.sa_norm)
 
             h = self._norm(x, p.ca_norm) if self.norm_first else x
-            q = torch.addmm(p.q_b, h, p.q_w).view(N, H, 1, D // H)  # (N, H, 1, Dh)
+            q = cache.grouped(torch.addmm(p.q_b, h, p.q_w).view(N, H, 1, D // H))  # (n, H, group, Dh)
             y = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], attn_mask=cross_mask)
             if has_key is not None:
                 y = y * has_key  # a source with no token attends to nothing: zeros
-            x = x + torch.addmm(p.ca_out_b, y.view(N, D), p.ca_out_w)
+            x = x + torch.addmm(p.ca_out_b, cache.ungrouped(y).reshape(N, D), p.ca_out_w)
             x = x if self.norm_first else self._norm(x, p.ca_norm)
 
             h = self._norm(x, p.ff_norm) if self.norm_first else x

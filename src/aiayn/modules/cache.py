@@ -4,16 +4,19 @@ An explicit object: `Transformer.init_cache` (or `start`) makes one, `Transforme
 (or `step`) takes it and appends to it. Nothing is hidden on modules, and everything one
 decoding call needs lives here, so concurrent calls on one model never share state.
 Cross-attention keys and values, and the cross-attention masks, are computed once per
-source; self-attention keys and values grow by one step per decoded token in
-preallocated buffers (no per-step `torch.cat`).
+source and kept once per source: the K beams of a sentence share them (beam search's rows
+come in groups of `group` consecutive rows with one source), so expanding a batch to beams
+copies nothing and cross-attention reads each source once per step. Self-attention keys and
+values grow by one step per decoded token in preallocated buffers (no per-step `torch.cat`).
 
-State, per decoder layer l (K = batch rows, beams included):
-    cross_k[l], cross_v[l]: (K, H, S, Dh)   projected encoder output, fixed
+State, per decoder layer l (K = batch rows, beams included; n = K / group sources):
+    cross_k[l], cross_v[l]: (n, H, S, Dh)   projected encoder output, fixed
     self_k[l],  self_v[l]:  (K, H, C, Dh)   buffers of capacity C >= length
-    src_mask:               (K, S) bool     True at real source tokens
-    cross_mask:             (K, 1, 1, S) bool, or None when no row is padded
-    has_source:             (K, 1, 1, 1) bool, or None when every row has a source token;
-                            a row without one attends to nothing and gets zeros
+    src_mask:               (n, S) bool     True at real source tokens
+    cross_mask:             (n, 1, 1, S) bool, or None when no source is padded
+    has_source:             (n, 1, 1, 1) bool, or None when every source has a token;
+                            rows without one attend to nothing and get zeros
+    group:                  int             rows per source: rows g·j .. g·j + g - 1 decode source j
     length:                 int             target positions already decoded
     start:                  (K,) long, or None: row k's first valid self-attention column.
                             None (the usual case) means 0 for every row. Rows that joined a
@@ -26,6 +29,8 @@ It implements `aiayn.decoding.interface.DecoderState`: `reorder` (any rows) and
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -44,6 +49,7 @@ class KVCache:
         self.length = 0
         self.capacity = capacity
         self.start: Tensor | None = None
+        self.group = 1
 
     @classmethod
     def self_only(cls, n_layers: int, batch: int, device: torch.device | str, capacity: int = 64) -> "KVCache":
@@ -81,8 +87,9 @@ class KVCache:
     def reorder(self, indices: Tensor) -> "KVCache":
         """A cache whose row i is this cache's row indices[i] (K,) -> (K',).
 
-        Beam search uses it to follow surviving hypotheses and, with
-        `arange(B).repeat_interleave(beam)`, to expand a batch to beams.
+        Beam search uses it to drop finished sentences and, with
+        `arange(B).repeat_interleave(beam)`, to expand a batch to beams: rows that share a
+        source share its cross-attention tensors (`group`), so that copies nothing.
         """
         return concat(self, None, indices, headroom=max(self.capacity - self.length, 1))
 
@@ -110,7 +117,24 @@ class KVCache:
 
     @property
     def batch_size(self) -> int:
-        return self.src_mask.shape[0]
+        return self.src_mask.shape[0] * self.group
+
+    def grouped(self, q: Tensor) -> Tensor:
+        """Cross-attention queries (K, H, T, Dh) -> (n, H, group·T, Dh): the rows of a group become
+        more query positions of their one source."""
+        g = self.group
+        if g == 1:
+            return q
+        K, H, T, Dh = q.shape
+        return q.view(K // g, g, H, T, Dh).transpose(1, 2).reshape(K // g, H, g * T, Dh)
+
+    def ungrouped(self, t: Tensor) -> Tensor:
+        """The inverse of `grouped` for its results: (n, H, group·T, X) -> (K, H, T, X)."""
+        g = self.group
+        if g == 1:
+            return t
+        n, H, GT, X = t.shape
+        return t.view(n, H, g, GT // g, X).transpose(1, 2).reshape(n * g, H, GT // g, X)
 
     def positions(self) -> Tensor | None:
         """(K,) long: each row's position for the next step, or None when every row is at `length`."""
@@ -131,8 +155,10 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
 
     Self-attention columns are right-aligned, so every row appends at the same column: a row
     with fewer positions gets `start` further right (see the module doc), and the leading columns
-    that no kept row uses are dropped. Sources are padded to the longer S. The self-attention
-    buffers get `headroom` free columns. Both caches must come from the same model.
+    that no kept row uses are dropped. Sources are padded to the longer S and kept once per group
+    of rows that share one (`_groups`); a cache that keeps all its sources as they were shares
+    them instead of copying. The self-attention buffers get `headroom` free columns. Both caches
+    must come from the same model.
     """
     rows = torch.arange(a.batch_size, device=a.src_mask.device) if rows is None else rows
     a_start = _starts(a)[rows]  # (Na,) in a's columns
@@ -146,10 +172,12 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
     if a.start is None and (b is None or b.start is None) and not bool(out.start.any()):
         out.start = None  # every row at column 0: the usual cache, no masks or per-row positions
     S = max(c.src_mask.shape[1] for c, *_ in parts)
-    out.src_mask = _stack([(c.src_mask, r) for c, r, *_ in parts], 1, S)
-    out.cross_k = [_stack([(c.cross_k[i], r) for c, r, *_ in parts], 2, S) for i in range(len(a.cross_k))]
-    out.cross_v = [_stack([(c.cross_v[i], r) for c, r, *_ in parts], 2, S) for i in range(len(a.cross_v))]
-    out.cross_mask, out.has_source = _cross_masks(out.src_mask)
+    out.group, sources = _groups([(c, r) for c, r, *_ in parts])
+    out.src_mask = _stack([(c.src_mask, r) for c, r in sources], 1, S)
+    out.cross_k = [_stack([(c.cross_k[i], r) for c, r in sources], 2, S) for i in range(len(a.cross_k))]
+    out.cross_v = [_stack([(c.cross_v[i], r) for c, r in sources], 2, S) for i in range(len(a.cross_v))]
+    out.cross_mask, out.has_source = (a.cross_mask, a.has_source) if out.src_mask is a.src_mask else \
+        _cross_masks(out.src_mask)
     n = lambda c, r: c.batch_size if r is None else r.numel()  # noqa: E731
     out.self_k = [_stack_self([(c.self_k[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], out.capacity)
                   for i in range(len(a.self_k))]
@@ -162,6 +190,26 @@ def _starts(c: KVCache) -> Tensor:
     return torch.zeros(c.batch_size, dtype=torch.long, device=c.src_mask.device) if c.start is None else c.start
 
 
+def _groups(parts: list[tuple[KVCache, Tensor | None]]) -> tuple[int, list[tuple[KVCache, Tensor | None]]]:
+    """The rows of the parts (cache, its chosen rows or None for all), one after another, in groups:
+    -> (g, the source rows each part keeps, one per g rows; None = all its sources as they are).
+    g is the largest size such that every g consecutive rows of each part share a source: the
+    gcd of the lengths of the runs of one source (a cache's own group when whole groups are kept;
+    the beam size after `arange(B).repeat_interleave(beam)`)."""
+    chosen = []
+    for c, rows in parts:
+        every = torch.arange(c.batch_size, device=c.src_mask.device)
+        chosen.append((c, (every if rows is None else rows) // c.group))  # (K',) the source of each row
+    runs = [torch.unique_consecutive(src, return_counts=True)[1].tolist() for _, src in chosen]
+    g = math.gcd(*(n for counts in runs for n in counts)) or 1
+    sources = []
+    for c, src in chosen:
+        src = src[::g]
+        same = src.numel() == c.src_mask.shape[0] and bool((src == torch.arange(src.numel(), device=src.device)).all())
+        sources.append((c, None if same else src))
+    return g, sources
+
+
 def _rows_of(t: Tensor, rows: Tensor | None, out: Tensor) -> None:
     """out[:] = t[rows] (or t). (index_select with out= into the strided block measured no faster,
     and refuses tensors that require grad.)"""
@@ -169,7 +217,11 @@ def _rows_of(t: Tensor, rows: Tensor | None, out: Tensor) -> None:
 
 
 def _stack(parts: list[tuple[Tensor, Tensor | None]], dim: int, size: int) -> Tensor:
-    """The chosen rows of each tensor, one part after another, `dim` zero-padded to `size`."""
+    """The chosen rows of each tensor, one part after another, `dim` zero-padded to `size`
+    (a single tensor kept whole and unpadded is returned as it is: source tensors are never
+    written in place)."""
+    if len(parts) == 1 and parts[0][1] is None and parts[0][0].shape[dim] == size:
+        return parts[0][0]
     counts = [t.shape[0] if r is None else r.numel() for t, r in parts]
     shape = list(parts[0][0].shape)
     shape[0], shape[dim] = sum(counts), size

@@ -95,7 +95,8 @@ class DecoderLayer(nn.Module):
         self.ff_conn = _connection(cfg)
 
     def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool = False):
-        """x: (B, T, D) new target positions; cross_mask: (B, 1, 1, S), or None when nothing is padded.
+        """x: (B, T, D) new target positions; cross_mask: (n, 1, 1, S) per source (`KVCache.group`
+        rows each), or None when nothing is padded.
 
         Returns (x, self weights (B, H, T, P+T) or None, cross weights (B, H, T, S) or None).
         """
@@ -114,7 +115,7 @@ class DecoderLayer(nn.Module):
         return self.sa_conn.output(x, y), w
 
     def _mha_block(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool):
-        q = self.cross_attn.project_q(self.ca_conn.input(x))
+        q = cache.grouped(self.cross_attn.project_q(self.ca_conn.input(x)))  # (n, H, group·T, Dh): one per source
         k, v = cache.cross_k[self.index], cache.cross_v[self.index]
-        y, w = self.cross_attn.attend(q, k, v, mask=cross_mask, need_weights=need_weights)
-        return self.ca_conn.output(x, y), w
+        y, w = self.cross_attn.attend(q, k, v, mask=cross_mask, need_weights=need_weights)  # (n, group·T, D)
+        return self.ca_conn.output(x, y.reshape(x.shape)), (None if w is None else cache.ungrouped(w))
