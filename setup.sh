@@ -8,21 +8,26 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,vision,serve,ct2]"
 
-# Debian's Chromium for the browser test of the serve page (tests/serve/test_browser.py skips without it;
-# Playwright drives it through executable_path, so no `playwright install` download).
+# Debian's packages for two tests: Chromium for the browser test of the serve page
+# (tests/serve/test_browser.py; Playwright drives it through executable_path, so no `playwright install`
+# download) and wrk, the load generator of `benchmarks/serve_load.py --client wrk`. Each test skips without its
+# package and says why.
 apt_install() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
 }
-if [ -z "${AIAYN_CHROMIUM:-}" ] && ! command -v chromium >/dev/null; then
+missing=()
+[ -n "${AIAYN_CHROMIUM:-}" ] || command -v chromium >/dev/null || missing+=(chromium)
+command -v wrk >/dev/null || missing+=(wrk)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-        echo "setup.sh: chromium not installed (needs root and apt-get: apt-get install chromium);" \
-             "the browser test will be skipped" >&2
+        echo "setup.sh: ${missing[*]} not installed (needs root and apt-get: apt-get install ${missing[*]});" \
+             "the tests that need them will be skipped" >&2
     else
         log=$(mktemp)
-        # Update the package lists only when the install cannot find the package with the ones there.
-        if ! { apt_install chromium || { apt-get update -q && apt_install chromium; }; } >"$log" 2>&1; then
+        # Update the package lists only when the install cannot find the packages with the ones there.
+        if ! { apt_install "${missing[@]}" || { apt-get update -q && apt_install "${missing[@]}"; }; } >"$log" 2>&1; then
             cat "$log" >&2
-            echo "setup.sh: installing chromium failed (above); the browser test will be skipped" >&2
+            echo "setup.sh: installing ${missing[*]} failed (above); the tests that need them will be skipped" >&2
         fi
         rm -f "$log"
     fi

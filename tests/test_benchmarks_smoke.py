@@ -74,3 +74,47 @@ def test_serve_load_reads_batching_from_metrics_and_percentiles_from_latencies()
     row = summarize([i / 1000 for i in range(1, 101)], collections.Counter({200: 100, 503: 2}), 2.0, 8)
     assert (row["ok"], row["errors"], row["sent_per_s"]) == (100, 2, 50.0)
     assert round(row["p50_ms"], 1) == 50.5 and round(row["p99_ms"], 2) == 99.01
+
+
+def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
+    """wrk (Debian's package) with our Lua script against a stub server that answers 200, or 503
+    for one sentence: every sentence is sent as a /v1/translate JSON body, and the summary line is read."""
+    import http.server
+    import shutil
+    import threading
+
+    import pytest
+
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (setup.sh installs it as root: apt-get install wrk)")
+    sys.path.insert(0, str(BENCHMARKS))
+    from serve_load import load_wrk
+
+    seen: list = []
+
+    class Stub(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):  # noqa: N802  (http.server's name)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body["text"][0]))
+            status = 503 if body["text"][0] == "busy" else 200
+            self.send_response(status)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        row = load_wrk(f"http://127.0.0.1:{server.server_address[1]}", ["ein Hund", "zwei Katzen", "busy"], 2, 1)
+    finally:
+        server.shutdown()
+    assert {path for path, _ in seen} == {"/v1/translate"} and {t for _, t in seen} == {"ein Hund", "zwei Katzen", "busy"}
+    busy = sum(t == "busy" for _, t in seen)  # wrk leaves out the answers in flight at its end: up to 2
+    assert busy - 2 <= row["error_kinds"]["non-2xx"] <= busy and row["error_kinds"]["non-2xx"] > 0
+    assert len(seen) - 2 <= row["ok"] + row["errors"] <= len(seen) and row["error_kinds"]["socket"] == 0
+    assert row["sent_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
