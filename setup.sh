@@ -18,17 +18,17 @@ apt_install() {
 missing=()
 [ -n "${AIAYN_CHROMIUM:-}" ] || command -v chromium >/dev/null || missing+=(chromium)
 command -v wrk >/dev/null || missing+=(wrk)
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-        echo "setup.sh: ${missing[*]} not installed (needs root and apt-get: apt-get install ${missing[*]});" \
-             "the tests that need them will be skipped" >&2
-    else
-        log=$(mktemp)
-        # Update the package lists only when the install cannot find the packages with the ones there.
-        if ! { apt_install "${missing[@]}" || { apt-get update -q && apt_install "${missing[@]}"; }; } >"$log" 2>&1; then
-            cat "$log" >&2
-            echo "setup.sh: installing ${missing[*]} failed (above); the tests that need them will be skipped" >&2
-        fi
-        rm -f "$log"
-    fi
+if [ ${#missing[@]} -gt 0 ] && { [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; }; then
+    echo "setup.sh: ${missing[*]} not installed (needs root and apt-get: apt-get install ${missing[*]});" \
+         "the tests that need them will be skipped" >&2
+    missing=()
 fi
+for package in ${missing[@]+"${missing[@]}"}; do  # one at a time: a package that cannot be had costs only its tests
+    log=$(mktemp)
+    # Update the package lists only when the install cannot find the package with the ones there.
+    if ! { apt_install "$package" || { apt-get update -q && apt_install "$package"; }; } >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "setup.sh: installing $package failed (above); the tests that need it will be skipped" >&2
+    fi
+    rm -f "$log"
+done

@@ -149,9 +149,14 @@ def load(url: str, sentences: list[str], clients: int, seconds: float | None = N
 def summarize(latencies: list[float], outcomes: collections.Counter, wall: float, clients: int) -> dict:
     cuts = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else [float("nan")] * 99
     errors = {str(k): v for k, v in outcomes.items() if k != 200}
-    return {"clients": clients, "ok": outcomes[200], "errors": sum(errors.values()), "error_kinds": errors,
-            "sent_per_s": outcomes[200] / wall, "p50_ms": 1000 * cuts[49], "p95_ms": 1000 * cuts[94],
-            "p99_ms": 1000 * cuts[98], "seconds": wall}
+    return row(clients, outcomes[200], errors, wall, [cuts[49], cuts[94], cuts[98]])
+
+
+def row(clients: int, ok: int, error_kinds: dict, seconds: float, p50_95_99: list[float]) -> dict:
+    """One measurement: answers, errors by kind, sentences/s and latency percentiles (given in s)."""
+    p50, p95, p99 = (1000 * p for p in p50_95_99)
+    return {"clients": clients, "ok": ok, "errors": sum(error_kinds.values()), "error_kinds": error_kinds,
+            "sent_per_s": ok / seconds, "p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "seconds": seconds}
 
 
 # The wrk client: one POST /v1/translate per request, cycling the sentences (one JSON body per line of
@@ -174,22 +179,34 @@ end
 """
 
 
-def load_wrk(url: str, sentences: list[str], clients: int, seconds: float, timeout: float = 120.0) -> dict:
-    """`clients` connections from `wrk` for `seconds`, cycling `sentences`."""
+def load_wrk(url: str, sentences: list[str], clients: int, seconds: int, timeout: int = 120) -> dict:
+    """`clients` connections from `wrk` for `seconds` (whole seconds: wrk reads no fractions), cycling
+    `sentences`. wrk's percentiles include any non-2xx answers (the httpx rows' only 200s)."""
     with tempfile.TemporaryDirectory() as tmp:
         script, bodies = Path(tmp) / "load.lua", Path(tmp) / "bodies.jsonl"
         script.write_text(WRK_SCRIPT)
         bodies.write_text("".join(json.dumps({"text": [s]}) + "\n" for s in sentences))
-        out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{seconds:g}s", f"--timeout={timeout:g}s",
-                              "-s", str(script), url, "--", str(bodies)], check=True, capture_output=True, text=True)
+        out = subprocess.run(["wrk", "-t1", f"-c{clients}", f"-d{seconds}s", f"--timeout={timeout}s",
+                              "-s", str(script), url, "--", str(bodies)], capture_output=True, text=True)
     found = re.search(r"AIAYN (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)", out.stdout)
-    if found is None:
-        raise RuntimeError(f"wrk printed no summary: {out.stdout[-2000:]} {out.stderr[-2000:]}")
+    if out.returncode != 0 or found is None:
+        raise RuntimeError(f"wrk exited with {out.returncode} without its summary: {out.stdout[-2000:]} {out.stderr[-2000:]}")
     requests, status_errors, socket_errors, duration_us, p50, p95, p99 = map(int, found.groups())
-    ok = requests - status_errors
-    return {"clients": clients, "ok": ok, "errors": status_errors + socket_errors,
-            "error_kinds": {"non-2xx": status_errors, "socket": socket_errors}, "sent_per_s": ok / (duration_us / 1e6),
-            "p50_ms": p50 / 1000, "p95_ms": p95 / 1000, "p99_ms": p99 / 1000, "seconds": duration_us / 1e6}
+    return row(clients, requests - status_errors, {"non-2xx": status_errors, "socket": socket_errors},
+               duration_us / 1e6, [p50 / 1e6, p95 / 1e6, p99 / 1e6])
+
+
+def settle(url: str, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
+    """Wait until the server has answered what is still in flight (wrk stops with requests
+    outstanding), so that they do not count in the next row's /metrics."""
+    deadline, last = time.monotonic() + limit_s, None
+    while time.monotonic() < deadline:
+        counts = server_counts(url)
+        now = (counts["requests"], counts["queue_length"])
+        if now == last and counts["queue_length"] == 0:
+            return
+        last = now
+        time.sleep(quiet_s)
 
 
 def in_process(model: Path, sentences: list[str], flight: int) -> list[dict]:
@@ -235,18 +252,19 @@ def read_sentences(n: int) -> list[str]:
     return lines[:n]
 
 
-def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...], wrk_seconds: float = 0) -> list[dict]:
+def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...], wrk_seconds: int = 0) -> list[dict]:
     """One row per concurrency level; with `wrk_seconds`, wrk's load for that long instead of httpx's."""
     load(url, sentences[:16], 4)  # warm-up: threads, allocator, first shapes
     rows = []
     for n in clients:
         before = server_counts(url)
         measured = load_wrk(url, sentences, n, wrk_seconds) if wrk_seconds else load(url, sentences, n)
-        row = {"server": name, **measured}
-        row["mean_batch"] = mean_batch(before, server_counts(url))
-        print(f"  {name:12s} {n:4d} clients: {row['sent_per_s']:7.1f} sentences/s, p50 {row['p50_ms']:.0f} ms, "
-              f"errors {row['errors']}", file=sys.stderr, flush=True)
-        rows.append(row)
+        measured = {"server": name, **measured, "mean_batch": mean_batch(before, server_counts(url))}
+        if wrk_seconds:
+            settle(url)
+        print(f"  {name:12s} {n:4d} clients: {measured['sent_per_s']:7.1f} sentences/s, p50 {measured['p50_ms']:.0f} ms, "
+              f"errors {measured['errors']}", file=sys.stderr, flush=True)
+        rows.append(measured)
     return rows
 
 
@@ -281,7 +299,7 @@ def main() -> None:
     p.add_argument("--soak-seconds", type=float, default=120.0, help="memory soak at 32 clients; 0 = skip")
     p.add_argument("--client", choices=("httpx", "wrk"), default="httpx",
                    help="the load generator of the throughput rows (wrk: Debian's package)")
-    p.add_argument("--wrk-seconds", type=float, default=20.0, help="with --client wrk: seconds per row")
+    p.add_argument("--wrk-seconds", type=int, default=20, help="with --client wrk: whole seconds per row")
     add_common_arguments(p)
     args = p.parse_args()
     if not (args.model / "config.json").is_file():
@@ -289,6 +307,8 @@ def main() -> None:
     clients = tuple(int(c) for c in args.clients.split(","))
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("--client wrk needs wrk on the PATH (apt-get install wrk)")
+    if args.wrk_seconds < 1:
+        raise SystemExit("--wrk-seconds must be at least 1")
     wrk_seconds = args.wrk_seconds if args.client == "wrk" else 0
     sentences = read_sentences(args.requests)
     set_threads(args.threads)  # this process's, for the in-process row; the servers use torch's default
@@ -324,8 +344,8 @@ def rate(rows: list[dict], server_name: str, clients) -> float:
 
 
 def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
-    per_row = f"wrk for {args.wrk_seconds:g} s" if args.client == "wrk" else "httpx clients"
-    print(f"model {args.model}, {args.requests} Multi30k validation sentences (cycled), one per request; "
+    per_row = f"wrk for {args.wrk_seconds} s, cycling them" if args.client == "wrk" else "httpx clients, each once"
+    print(f"model {args.model}, {args.requests} Multi30k validation sentences, one per request; "
           f"server rows: {per_row}")
     print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
                               ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),

@@ -113,6 +113,7 @@ def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
         row = load_wrk(f"http://127.0.0.1:{server.server_address[1]}", ["ein Hund", "zwei Katzen", "busy"], 2, 1)
     finally:
         server.shutdown()
+        server.server_close()
     assert {path for path, _ in seen} == {"/v1/translate"} and {t for _, t in seen} == {"ein Hund", "zwei Katzen", "busy"}
     busy = sum(t == "busy" for _, t in seen)  # wrk leaves out the answers in flight at its end: up to 2
     assert busy - 2 <= row["error_kinds"]["non-2xx"] <= busy and row["error_kinds"]["non-2xx"] > 0

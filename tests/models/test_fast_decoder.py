@@ -85,35 +85,55 @@ def test_state_reorder_in_place_equals_reorder():
     assert cache.cross_k[0] is cross_k and cache.length == 4
 
 
+def per_row(cache):
+    """The same cache with its own copy of the source-side tensors for every row (group 1): the plain
+    layout, an independent reference for the grouped one."""
+    g = cache.group
+    cache.cross_k = [k.repeat_interleave(g, 0) for k in cache.cross_k]
+    cache.cross_v = [v.repeat_interleave(g, 0) for v in cache.cross_v]
+    cache.src_mask = cache.src_mask.repeat_interleave(g, 0)
+    cache.cross_mask, cache.has_source = (None if t is None else t.repeat_interleave(g, 0)
+                                          for t in (cache.cross_mask, cache.has_source))
+    cache.group = 1
+    return cache
+
+
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True}])
 @torch.inference_mode()
-def test_beams_share_their_source_and_step_as_rows_with_their_own_copy(overrides):
+def test_beams_share_their_source_and_step_as_rows_with_their_own_copy(overrides, device):
     """Expanding 3 sentences to 4 beams keeps one copy of each source's cross-attention tensors
-    (`KVCache.group`); both steps then equal those on a cache with a copy per row, through a beam
-    reorder, dropping a sentence, and a reorder that breaks the groups."""
-    model, src, K = tiny(**overrides), sources(), 4
+    (`KVCache.group`); both steps, and the attention maps, then equal those on a cache with a copy
+    per row, through a beam reorder, dropping a sentence, and a reorder that breaks the groups."""
+    model, src, K = tiny(**overrides).to(device), sources().to(device), 4
     fast = model.fast_decoder()
     shared = model.start(src)
     cross_k = shared.cross_k[0]
-    shared = shared.reorder(torch.arange(3).repeat_interleave(K))  # as start_beams expands to beams
+    shared = shared.reorder(torch.arange(3, device=device).repeat_interleave(K))  # as start_beams expands to beams
     assert shared.group == K and shared.batch_size == 3 * K and shared.cross_k[0] is cross_k
-    own = model.start(src.repeat_interleave(K, 0))  # a copy per row
-    shared_fast = shared.reorder(torch.arange(3 * K))
-    assert own.group == 1 and shared_fast.group == K and shared_fast.cross_k[0] is cross_k
-    tgt = torch.randint(4, V, (3 * K, 5))
+    own = per_row(model.start(src).reorder(torch.arange(3, device=device).repeat_interleave(K)))
+    shared_fast = shared.reorder(torch.arange(3 * K, device=device))
+    assert shared_fast.group == K and shared_fast.cross_k[0] is cross_k
+    tgt = torch.randint(4, V, (3 * K, 5), device=device)
     moves = {1: torch.arange(3 * K).view(3, K).flip(1).reshape(-1),  # beams move within their sentence
              2: torch.arange(K, 3 * K),  # sentence 0 ends: whole groups kept
              3: torch.tensor([0, 0, 5, 5, 5, 5])}  # runs of 2 and 4: groups of 2
     for t in range(tgt.shape[1]):
-        ref = model.step(tgt[:, t], own)
-        torch.testing.assert_close(model.step(tgt[:, t], shared), ref, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(fast.step(tgt[:, t], shared_fast), ref, atol=1e-5, rtol=1e-5)
+        assert own.group == 1
+        maps = t % 2 == 0  # the explicit attention path with its maps, else the fused kernel
+        ref = model.decode(tgt[:, t:t + 1], own, need_weights=maps)
+        got = model.decode(tgt[:, t:t + 1], shared, need_weights=maps)
+        torch.testing.assert_close(got.logits, ref.logits, atol=1e-5, rtol=1e-5)
+        for g, r in zip(got.cross_attentions or [], ref.cross_attentions or []):
+            torch.testing.assert_close(g, r, atol=1e-6, rtol=1e-5)
+        assert (got.cross_attentions is None) != maps
+        torch.testing.assert_close(fast.step(tgt[:, t], shared_fast), ref.logits[:, -1], atol=1e-5, rtol=1e-5)
         rows = moves.get(t)
         if rows is None:
             continue
+        rows = rows.to(device)
         if t == 1:
             own.reorder_(rows), shared.reorder_(rows), shared_fast.reorder_(rows)
         else:
-            own, shared, shared_fast = own.reorder(rows), shared.reorder(rows), shared_fast.reorder(rows)
+            own, shared, shared_fast = per_row(own.reorder(rows)), shared.reorder(rows), shared_fast.reorder(rows)
         tgt = tgt[rows]
     assert shared.group == 2 and shared.src_mask.shape[0] == 3 and shared.batch_size == 6

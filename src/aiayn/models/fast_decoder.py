@@ -121,7 +121,7 @@ class FastDecoder:
         self_mask = cache.self_mask()  # (N, 1, 1, P+1) or None: rows that joined later see only their own
         cross_mask, has_key = cache.cross_mask, cache.has_source  # (n, 1, 1, S), (n, 1, 1, 1) or None
         if has_key is not None:
-            cross_mask = cross_mask | ~has_key  # an empty row attends everywhere, then is zeroed
+            cross_mask = cross_mask | ~has_key  # a source with no token is attended everywhere, then zeroed
         for i, p in enumerate(self.layers):
             h = self._norm(x, p.sa_norm) if self.norm_first else x
             qkv = torch.addmm(p.qkv_b, h, p.qkv_w).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)

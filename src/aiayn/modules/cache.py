@@ -254,7 +254,8 @@ def _stack_self(parts, capacity: int) -> Tensor | None:
 
 
 def _cross_masks(src_mask: Tensor) -> tuple[Tensor | None, Tensor | None]:
-    """(attention mask (K, 1, 1, S) or None, rows-with-keys (K, 1, 1, 1) or None); see the module doc."""
+    """src_mask (n, S) -> (attention mask (n, 1, 1, S) or None, sources-with-tokens (n, 1, 1, 1) or None);
+    see the module doc."""
     if bool(src_mask.all()):
         return None, None
     mask = masks.key_mask(src_mask)  # (K, 1, 1, S)
