@@ -103,3 +103,19 @@ def test_mlm_logits_at_chosen_positions_equal_the_full_ones():
     chosen = torch.rand(3, 6) < 0.3
     chosen[0, 0] = True
     torch.testing.assert_close(m.mlm_logits(x, chosen), m.mlm_logits(x)[chosen])
+
+
+@torch.no_grad()
+def test_mean_pooling_reads_cls_and_the_real_tokens_only():
+    """pooling = "mean": each sentence classified in a padded batch as alone, from the mean of its
+    unpadded final states ([CLS] included), and not from [CLS] alone."""
+    m = model(pooling="mean")
+    x = torch.tensor([[5, 6, 7, 8], [9, 10, PAD_ID, PAD_ID]])
+    batched = m.classify(x)
+    for i, n in enumerate((4, 2)):
+        alone = m(x[i:i + 1, :n])  # (1, 1 + n, D)
+        torch.testing.assert_close(batched[i], m.classifier(alone.mean(1))[0], atol=1e-5, rtol=1e-5)
+    cls = model(pooling="cls")
+    assert not torch.allclose(cls.classify(x), batched)  # the same weights (seed 0), another head input
+    with pytest.raises(Exception, match="pooling must be"):
+        model(pooling="max")

@@ -34,3 +34,21 @@ def _worker(rank: int, world: int, port: int, run_dir: str) -> None:
         make_trainer(model, OPTIM, run_config(1), run_dir, lambda e: data, dist=info).fit()
     finally:
         shutdown()
+
+
+def _unknown_best_metric_worker(rank: int, world: int, port: int, run_dir: str) -> None:
+    """Both ranks must raise at the first validation (rank 0 alone raising would leave rank 1 waiting)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    info = init_from_env("cpu")
+    try:
+        run = RunConfig(max_updates=K, validate_every=1, best_metric="rouge", progress=False, log_every=1)
+        valid = batches(1, 4, seed=9) if rank == 0 else None
+        try:
+            make_trainer(Transformer(tiny_config()), OPTIM, run, run_dir, lambda e: shard(rank), valid_data=valid,
+                         dist=info).fit()
+        except ValueError as e:
+            with open(os.path.join(run_dir, f"rank{rank}.error"), "w") as f:
+                f.write(str(e))
+    finally:
+        shutdown()

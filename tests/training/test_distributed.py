@@ -1,6 +1,7 @@
 """DDP with gloo on CPU: 2 ranks with 1 micro-batch each per update == 1 process with both."""
 
 import socket
+import time
 
 import torch
 import torch.multiprocessing as mp
@@ -8,7 +9,7 @@ import torch.multiprocessing as mp
 from aiayn.models.transformer import Transformer
 
 # the worker lives in an importable module: spawned children cannot import this test file
-from ddp_worker import OPTIM, _worker, run_config, shard
+from ddp_worker import OPTIM, _unknown_best_metric_worker, _worker, run_config, shard
 from training_helpers import make_trainer, tiny_config
 
 def _free_port() -> int:
@@ -34,3 +35,18 @@ def test_two_gloo_ranks_equal_one_process_on_the_combined_batches(tmp_path):
             p, q = torch.cat([p[:D], p[2 * D:]]), torch.cat([q[:D], q[2 * D:]])
         torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=name)
     assert (tmp_path / "ddp" / "metrics.jsonl").is_file()  # written by rank 0 only
+
+
+def test_an_unknown_best_metric_stops_every_rank(tmp_path):
+    """Only rank 0 validates; the error must reach rank 1 too instead of leaving it in a collective."""
+    tmp_path.joinpath("run").mkdir()
+    context = mp.start_processes(_unknown_best_metric_worker, args=(2, _free_port(), str(tmp_path / "run")),
+                                 nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + 180
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in context.processes:
+                p.kill()
+            raise AssertionError("a rank hung on an unknown train.best_metric")
+    for rank in (0, 1):
+        assert "best_metric = 'rouge'" in (tmp_path / "run" / f"rank{rank}.error").read_text()

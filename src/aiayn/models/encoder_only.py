@@ -55,6 +55,7 @@ class EncoderOnlyConfig(ModelConfig):
     positional: str = "learned"  # "learned" (BERT, ViT) or "sinusoidal" (§3.5)
     max_positions: int = 128  # [CLS] included
     n_classes: int = 0  # > 0: a classification head on [CLS]
+    pooling: str = "cls"  # what the classifier reads: "cls" (BERT, ViT) or "mean" of [CLS] and the real inputs
     input: str = "tokens"  # "tokens" | "patches"
     patch_dim: int = 0  # patches: values per flattened patch (channels · height · width)
     layer_norm_eps: float = 1e-5
@@ -69,6 +70,8 @@ class EncoderOnlyConfig(ModelConfig):
             raise ConfigError("input = 'patches' needs patch_dim > 0 and learned positions")
         if self.n_classes < 0:
             raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
+        if self.pooling not in ("cls", "mean"):
+            raise ConfigError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
 
 
 
@@ -129,10 +132,17 @@ class EncoderOnly(PretrainedModel):
         return F.linear(self.mlm_norm(F.gelu(self.mlm_dense(h))), self.embed.weight)
 
     def classify(self, x: Tensor) -> Tensor:
-        """(B, T) ids or (B, N, patch_dim) patches -> (B, n_classes) scores from the [CLS] state."""
+        """(B, T) ids or (B, N, patch_dim) patches -> (B, n_classes) scores from the [CLS] state, or from
+        the mean of the final states over [CLS] and the real (non-pad) inputs (`pooling = "mean"`)."""
         if self.classifier is None:
             raise ValueError("this model has no classifier head (n_classes = 0)")
-        return self.classifier(self(x)[:, 0])
+        h = self(x)  # (B, 1 + T, D)
+        if self.config.pooling == "cls":
+            return self.classifier(h[:, 0])
+        real = torch.ones(h.shape[:2], dtype=h.dtype, device=h.device)  # (B, 1 + T)
+        if self.config.input == "tokens":
+            real[:, 1:] = (x != PAD_ID).to(h.dtype)
+        return self.classifier((h * real[:, :, None]).sum(1) / real.sum(1, keepdim=True))
 
     @torch.inference_mode()
     def attention(self, x: Tensor) -> list[Tensor]:

@@ -341,6 +341,9 @@ class Trainer:
         has_row, score = all_reduce([float(bool(row)), self._score(row)], self.dist)  # rank 0's values
         if not has_row:
             return row
+        if math.isnan(score):  # raised on every rank, so that none waits for the others
+            raise ValueError(f"train.best_metric = {self.run.best_metric!r}, but validation gives only "
+                             f"{', '.join(sorted(row)) or 'nll, loss, ppl and the task metrics (on rank 0)'}")
         if score > self.state.best_score:
             self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
             self.save(ckpt.BEST)
@@ -356,7 +359,7 @@ class Trainer:
             return 0.0
         metric = self.run.best_metric
         if metric not in row:
-            raise ValueError(f"train.best_metric = {metric!r}, but validation gives only {', '.join(sorted(row))}")
+            return float("nan")  # `validate` raises, on every rank
         return row[metric] if higher_is_better(metric) else -row[metric]
 
     # -- checkpoints ------------------------------------------------------------------------
