@@ -12,7 +12,7 @@ of sentences is used up. The same sentences go, in one run, to:
                  `aiayn export ctranslate2` (with --ctranslate2; float32 unless --quantization)
     in-process   `Translator.translate` on the whole list in one call (its own batching), in
                  this process: the ceiling a server can approach; and, to locate the gap, the
-                 same in calls of 32 sentences and the continuous search with 32 in flight
+                 same in calls of --max-batch sentences and the continuous search with that many in flight
 
 Every server is a separate process (`python -m aiayn serve`) on a free loopback port. The
 clients are asyncio tasks over one httpx connection pool in this process, on the same cores;
@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import gzip
 import json
 import re
 import shutil
@@ -245,8 +244,9 @@ def continuously(translator, sentences: list[str], flight: int) -> None:
 
 # -- the run ------------------------------------------------------------------------------------
 def read_sentences(n: int) -> list[str]:
-    with gzip.open(VALID, "rt", encoding="utf-8") as f:
-        lines = [line.strip() for line in f if line.strip()]
+    from aiayn.data.corpus import read_lines
+
+    lines = [line for line in read_lines(VALID) if line]
     if len(lines) < n:
         raise SystemExit(f"{VALID}: {len(lines)} sentences, fewer than --requests {n}")
     return lines[:n]
@@ -326,7 +326,7 @@ def main() -> None:
             exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
             with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
                 rows += sweep("ctranslate2", url, sentences, clients, wrk_seconds)
-        rows += in_process(args.model, sentences, flight=32)
+        rows += in_process(args.model, sentences, flight=args.max_batch)
         with server(args.model, *batching, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
             overflow = load(url, sentences, 128)
         soak = None
@@ -353,7 +353,8 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
     inproc = rate(rows, "in-process", "-")
     ratios = {"batched_vs_unbatched_at_32": rate(rows, "batched", 32) / rate(rows, "unbatched", 32),
               "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc,
-              "in_process_continuous_32_vs_in_process": rate(rows, "in-process continuous, 32 in flight", "-") / inproc}
+              "in_process_continuous_vs_in_process": rate(rows, f"in-process continuous, {args.max_batch} in flight", "-")
+              / inproc}
     if args.ctranslate2:
         ratios["ctranslate2_vs_batched_at_32"] = rate(rows, "ctranslate2", 32) / rate(rows, "batched", 32)
     print()

@@ -160,7 +160,17 @@ def test_continuous_keeps_options_apart_and_the_texts_in_flight_bounded():
         return await asyncio.gather(*(batcher.submit([f"t{i}"], "!" if i % 2 else "?") for i in range(6)))
 
     assert run(main()) == [[f"T{i}" + ("!" if i % 2 else "?")] for i in range(6)]
-    assert max(len(s) for s in log) <= 2
+    assert all(len({int(t[1:]) % 2 for t in s}) == 1 for s in log)  # a step holds one kind of options
+    batcher.close()
+
+    log.clear()  # requests with the same options: they join each other, but never more than max_batch texts
+    batcher = continuous(log, max_batch=2)
+
+    async def same():
+        return await asyncio.gather(*(batcher.submit([f"t{i}"]) for i in range(6)))
+
+    assert run(same()) == [[f"T{i}"] for i in range(6)]
+    assert max(len(s) for s in log) == 2
     batcher.close()
 
 

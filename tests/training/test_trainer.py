@@ -168,6 +168,17 @@ def test_a_lower_is_better_task_metric_picks_its_lowest_validation(tmp_path):
     assert trainer.state.best_step == 2 and trainer.state.best_score == -10.0
 
 
+def test_a_nan_metric_is_a_validation_that_did_not_improve(tmp_path):
+    """A metric that is present but NaN (a diverged run) counts against patience; it is not a config error."""
+    values = iter([50.0, float("nan"), 40.0])
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM,
+                           run_config(max_updates=3, validate_every=1, best_metric="bleu"),
+                           tmp_path, epoch_data(), valid_data=batches(1, 4, seed=9),
+                           metrics=lambda m: {"bleu": next(values)})
+    trainer.fit()
+    assert trainer.state.best_step == 1 and trainer.state.best_score == 50.0 and trainer.state.bad_validations == 2
+
+
 def test_an_unknown_best_metric_names_what_validation_gives(tmp_path):
     trainer = make_trainer(Transformer(tiny_config()), OPTIM,
                            run_config(max_updates=2, validate_every=1, best_metric="rouge"), tmp_path, epoch_data(),

@@ -201,6 +201,7 @@ class ContinuousTranslation:
         self.search = ContinuousBeamSearch(translator.decoder, decode, translator.device)
         self.results: dict = {}  # request -> one n-best list per text
         self.owner: dict[int, tuple] = {}  # search key -> (request, text index)
+        self.left: dict = {}  # request -> its texts still searching
         self.keys = 0
 
     def __len__(self) -> int:
@@ -215,14 +216,17 @@ class ContinuousTranslation:
         self.keys += len(sources)
         self.results[request] = [[("", 0.0)] for _ in texts]
         self.owner.update({k: (request, i) for k, i in zip(keys, sources)})
+        self.left[request] = len(sources)
 
     def step(self) -> list[tuple]:
         """One step of the search; -> (request, results) for each request now complete."""
         for key, hyps in self.search.step():
             request, i = self.owner.pop(key)
             self.results[request][i] = self.translator._texts([(h.tokens, h.score) for h in hyps])
-        searching = {request for request, _ in self.owner.values()}
-        done = [r for r in self.results if r not in searching]
+            self.left[request] -= 1
+        done = [r for r, n in self.left.items() if n == 0]  # blank texts only: done at the first step
+        for r in done:
+            del self.left[r]
         return [(r, _as_returned(self.results.pop(r), self.nbest)) for r in done]
 
 

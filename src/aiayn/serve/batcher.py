@@ -168,8 +168,8 @@ class DynamicBatcher:
         """Step `session` until it has answered every request it took. Before each step it takes,
         in arrival order, the queued requests with these options that fit in `max_batch` texts."""
         in_flight: dict[int, _Request] = {}
+        texts = 0  # in flight
         while True:
-            texts = sum(len(r.texts) for r in in_flight.values())
             joining = self._admit(options, self.config.max_batch - texts, first=not in_flight)
             for r in joining:
                 try:
@@ -178,6 +178,7 @@ class DynamicBatcher:
                     self._decode([r])
                     continue
                 in_flight[id(r)] = r
+                texts += len(r.texts)
             if not in_flight:
                 return
             try:
@@ -189,9 +190,11 @@ class DynamicBatcher:
                 return
             with self.stats.lock:
                 self.stats.steps += 1
-                self.stats.step_texts += sum(len(r.texts) for r in in_flight.values())
+                self.stats.step_texts += texts
             for key, outputs in done:
-                _deliver(in_flight.pop(key), result=outputs)
+                r = in_flight.pop(key)
+                texts -= len(r.texts)
+                _deliver(r, result=outputs)
 
     def _admit(self, options: Hashable, room: int, first: bool) -> list[_Request]:
         """Queued requests to join a running session: from the head, while they have `options`
@@ -211,15 +214,9 @@ class DynamicBatcher:
 
     def _next_batch(self) -> list[_Request] | None:
         """The oldest live request and the same-option requests that join it within max_wait_ms."""
-        with self.cond:
-            while True:
-                while self.queue and self.queue[0].cancelled:
-                    self.queue.popleft()
-                if self.queue:
-                    break
-                if self.closed:
-                    return None
-                self.cond.wait()
+        with self.cond:  # a re-entrant lock: _wait_for_work takes it again
+            if self._wait_for_work() is None:
+                return None
             first = self.queue.popleft()
             batch, n = [first], len(first.texts)
             deadline = first.enqueued + self.config.max_wait_ms / 1000

@@ -338,10 +338,11 @@ class Trainer:
                      row["nll"], row["ppl"], extra, time.monotonic() - t)
             self.metrics.write({"step": self.state.step, "epoch": self.state.epoch, "split": "valid",
                                 **row, "lr": self._applied_lr(), "time": self._elapsed()})
-        has_row, score = all_reduce([float(bool(row)), self._score(row)], self.dist)  # rank 0's values
+        known = float(self.run.best_metric in row)
+        has_row, known, score = all_reduce([float(bool(row)), known, self._score(row)], self.dist)  # rank 0's values
         if not has_row:
             return row
-        if math.isnan(score):  # raised on every rank, so that none waits for the others
+        if not known:  # raised on every rank, so that none waits for the others
             raise ValueError(f"train.best_metric = {self.run.best_metric!r}, but validation gives only "
                              f"{', '.join(sorted(row)) or 'nll, loss, ppl and the task metrics (on rank 0)'}")
         if score > self.state.best_score:
@@ -359,7 +360,7 @@ class Trainer:
             return 0.0
         metric = self.run.best_metric
         if metric not in row:
-            return float("nan")  # `validate` raises, on every rank
+            return 0.0  # `validate` raises, on every rank
         return row[metric] if higher_is_better(metric) else -row[metric]
 
     # -- checkpoints ------------------------------------------------------------------------
