@@ -50,6 +50,7 @@ class TransformerConfig:
     norm_first: bool = False  # False: post-norm, as in the paper; True: pre-norm
     positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"
     max_positions: int = 1024  # learned table size; sinusoidal extends on demand
+    source_positions: str = "start"  # "start": §3.5, 0 at the first source token; "end": 0 at the last
     share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
     tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
     layer_norm_eps: float = 1e-5
@@ -77,6 +78,8 @@ class TransformerConfig:
                f"attention_score must be 'scaled_dot', 'dot' or 'additive', got {self.attention_score!r}")
         _check(self.positional in ("sinusoidal", "learned"),
                f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        _check(self.source_positions in ("start", "end"),
+               f"source_positions must be 'start' or 'end', got {self.source_positions!r}")
         _check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
                "share_embeddings needs a joint vocabulary (src_vocab_size == tgt_vocab_size)")
         _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")

@@ -31,10 +31,11 @@ def test_cached_decoding_equals_recomputation_at_every_step(overrides, device):
         torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("source_positions", ["start", "end"])
 @torch.no_grad()
-def test_padding_invariance(device):
+def test_padding_invariance(device, source_positions):
     """A sentence's outputs do not change when batched with longer ones."""
-    model = tiny().to(device)
+    model = tiny(source_positions=source_positions).to(device)
     short_src, short_tgt = torch.randint(4, V, (1, 4)), torch.randint(4, V, (1, 3))
     long_src, long_tgt = torch.randint(4, V, (1, 9)), torch.randint(4, V, (1, 8))
     alone = model(short_src.to(device), short_tgt.to(device))
@@ -44,6 +45,27 @@ def test_padding_invariance(device):
     tgt[0, :3], tgt[1] = short_tgt, long_tgt
     batched = model(src.to(device), tgt.to(device))
     torch.testing.assert_close(batched[0, :3], alone[0], atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_source_positions_from_the_end_count_back_from_each_rows_last_token():
+    """source_positions = "end": row b's token i gets the encoding of position len_b - 1 - i, so a
+    source's end keeps its positions when words are put in front of it. Against the layers run by
+    hand on each row alone, with the sinusoid table reversed."""
+    model = tiny(source_positions="end")
+    src = batch()[0]
+    memory = model.encode(src).memory  # (B, S, D)
+    for row, ids in zip(memory, src):
+        ids = ids[ids != 0][None]  # (1, n)
+        n = ids.shape[1]
+        table = model.encoder.positions(n)  # (n, D): positions 0 .. n-1
+        x = model.encoder.embed(ids) + table.flip(0)  # the last token at position 0
+        for layer in model.encoder.layers:
+            x, _ = layer(x, None)
+        torch.testing.assert_close(row[:n], x[0], atol=1e-5, rtol=1e-5)
+    start = tiny()
+    start.load_state_dict(model.state_dict())
+    assert not torch.allclose(start.encode(src).memory, memory, atol=1e-3)  # the option changes the encoding
 
 
 @torch.no_grad()

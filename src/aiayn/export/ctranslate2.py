@@ -118,6 +118,9 @@ def _read_model_dir(model_dir: Path):
     if config.attention_score == "additive":
         raise ValueError(f"{model_dir / CONFIG_FILE}: additive attention has no CTranslate2 counterpart "
                          "(attention_score 'scaled_dot' and 'dot' export)")
+    if config.source_positions != "start":
+        raise ValueError(f"{model_dir / CONFIG_FILE}: source positions counted from the end have no CTranslate2 "
+                         "counterpart (source_positions 'start' exports)")
     model, tokenizers = load_model(model_dir), load_tokenizers(model_dir)
     check_vocab(config, tokenizers, str(model_dir))
     return model, tokenizers, read_task_info(model_dir)

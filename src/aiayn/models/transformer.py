@@ -51,13 +51,14 @@ class Encoder(nn.Module):
     def __init__(self, cfg: TransformerConfig, embed: Embeddings):
         super().__init__()
         self.embed, self.positions = embed, _positional(cfg)
+        self.from_end = cfg.source_positions == "end"
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
         """src: (B, S) ids; src_mask: (B, S) -> (memory (B, S, D), weights per layer or None)."""
-        x = self.dropout(self.embed(src) + self.positions(src.shape[1]))  # (B, S, D)
+        x = self.dropout(self.embed(src) + self._positions(src_mask))  # (B, S, D)
         attn_mask = None if bool(src_mask.all()) else masks.key_mask(src_mask)  # (B, 1, 1, S)
         weights = []
         for layer in self.layers:
@@ -66,6 +67,17 @@ class Encoder(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, (weights if need_weights else None)
+
+
+    def _positions(self, src_mask: Tensor) -> Tensor:
+        """(S, D), or with `source_positions = "end"` (B, S, D): positions counted back from each
+        row's last real token, so the end of a source (a question after its context) is at the
+        same positions whatever the source's length; padding takes position 0 (it is masked)."""
+        table = self.positions(src_mask.shape[1])  # (S, D)
+        if not self.from_end:
+            return table
+        back = src_mask.sum(1, keepdim=True) - 1 - torch.arange(src_mask.shape[1], device=src_mask.device)
+        return table[back.clamp(min=0)]  # (B, S, D)
 
 
 class Decoder(nn.Module):
