@@ -42,8 +42,20 @@ _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingConfig))
 
 class TextTranslator:
     """What every backend shares: text in, text out. Sources are encoded and cut (`_encode`), the
-    decoding settings merged with per-call overrides (`_configs`), and a subclass decodes them in
-    batches (`_decode_batches`). Needs `tokenizers`, `decode`, `sampling`, `max_input_tokens`, `keep`."""
+    decoding settings merged with per-call overrides (`settings`), and a subclass decodes them in
+    batches (`_decode_batches`).
+
+    `decode` and `sampling` hold the defaults that `translate` keyword arguments override;
+    `max_input_tokens` cuts over-long sources, keeping their "start" or "end" (`keep`)."""
+
+    def __init__(self, tokenizers, decode: DecodeConfig | None, sampling: SamplingConfig | None,
+                 max_input_tokens: int, batch_tokens: int, keep: str):
+        self.tokenizers = tokenizers
+        self.decode = decode or DecodeConfig()
+        self.sampling = sampling or SamplingConfig()
+        self.max_input_tokens = max_input_tokens
+        self.batch_tokens = batch_tokens
+        self.keep = keep  # which end of an over-long source survives (see encode_source)
 
     def translate(self, sentences: Sequence[str], *, nbest: int | None = None, first_index: int = 0,
                   progress: Callable[[int], None] | None = None, **overrides) -> list[str] | list[NBest]:
@@ -59,7 +71,7 @@ class TextTranslator:
         sample depends only on the seed and the line number.
         `progress(n)` is called after each batch with the number of sentences it held.
         """
-        decode, sampling = self._configs(overrides, nbest)
+        decode, sampling = self.settings(overrides, nbest)
         results: list[NBest] = [[("", 0.0)] for _ in sentences]
         sources = self._encode(sentences)
         if progress is not None and len(sources) < len(sentences):
@@ -95,7 +107,8 @@ class TextTranslator:
                         len(ids), limit, "beginning" if self.keep == "start" else "end", cut[0] + 1, sentences[cut[0]])
         return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
 
-    def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
+    def settings(self, overrides: dict, nbest: int | None = None) -> tuple[DecodeConfig, SamplingConfig]:
+        """The decoding and sampling settings of a call: the defaults with `overrides` (None keeps a field)."""
         given = {k: v for k, v in overrides.items() if v is not None}
         sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
         decode = dataclasses.replace(self.decode, **given)
@@ -118,13 +131,8 @@ class Translator(TextTranslator):
     def __init__(self, model, tokenizers, decode: DecodeConfig | None = None, sampling: SamplingConfig | None = None,
                  max_input_tokens: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
                  keep: str = "start"):
+        super().__init__(tokenizers, decode, sampling, max_input_tokens or model.max_input_length, batch_tokens, keep)
         self.model = model.eval()
-        self.tokenizers = tokenizers
-        self.decode = decode or DecodeConfig()
-        self.sampling = sampling or SamplingConfig()
-        self.max_input_tokens = max_input_tokens or model.max_input_length
-        self.batch_tokens = batch_tokens
-        self.keep = keep  # which end of an over-long source survives (see encode_source)
         check_vocab(model.config, tokenizers)
         self.refresh()
 
@@ -150,7 +158,7 @@ class Translator(TextTranslator):
     def continuous(self, *, nbest: int | None = None, **overrides) -> "ContinuousTranslation | None":
         """A continuous-batching session with these settings (`aiayn.decoding.continuous`), or None
         where it does not apply: greedy search, sampling, or a model without a ragged step."""
-        decode, _ = self._configs(overrides, nbest)
+        decode, _ = self.settings(overrides, nbest)
         if decode.method != "beam" or decode.beam_size < 2 or not getattr(self.decoder, "ragged_steps", False):
             return None
         return ContinuousTranslation(self, decode, nbest is not None)

@@ -53,12 +53,9 @@ class CT2Translator(TextTranslator):
     def __init__(self, engine, tokenizers, max_positions: int, decode: DecodeConfig | None = None,
                  sampling: SamplingConfig | None = None, max_input_tokens: int | None = None,
                  batch_tokens: int = DEFAULT_BATCH_TOKENS, keep: str = "start", patience: float = PATIENCE):
-        self.engine, self.tokenizers = engine, tokenizers
-        self.decode = decode or DecodeConfig()
-        self.sampling = sampling or SamplingConfig()
-        self.max_positions = max_positions
-        self.max_input_tokens = min(max_input_tokens or max_positions, max_positions)
-        self.batch_tokens, self.keep, self.patience = batch_tokens, keep, patience
+        super().__init__(tokenizers, decode, sampling, min(max_input_tokens or max_positions, max_positions),
+                         batch_tokens, keep)
+        self.engine, self.max_positions, self.patience = engine, max_positions, patience
         self._src_pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
         tgt_pieces = tokenizers.tgt.pieces(range(tokenizers.tgt.vocab_size))
         self._tgt_ids = {p: i for i, p in enumerate(tgt_pieces)}
@@ -94,8 +91,8 @@ class CT2Translator(TextTranslator):
         for limit, batch in self._groups(sources, decode):
             yield batch, self._search([sources[i] for i in batch], limit, decode, sampling)
 
-    def _configs(self, overrides: dict, nbest: int | None) -> tuple[DecodeConfig, SamplingConfig]:
-        decode, sampling = super()._configs(overrides, nbest)
+    def settings(self, overrides: dict, nbest: int | None = None) -> tuple[DecodeConfig, SamplingConfig]:
+        decode, sampling = super().settings(overrides, nbest)
         if decode.method == "sample" and sampling.seed is not None:
             raise ValueError("seeded sampling is not available with the ctranslate2 backend")
         return decode, sampling

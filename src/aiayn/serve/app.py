@@ -128,7 +128,7 @@ class ModelService:
         results = self.translator.translate(texts, nbest=nbest, **settings)
         if not want_attention:
             return results
-        decode, _ = self.translator._configs(settings, nbest)  # the length limits these outputs had
+        decode, _ = self.translator.settings(settings, nbest)  # the length limits these outputs had
         best = [r if isinstance(r, str) else r[0][0] for r in results]  # str, or an n-best list
         return [(r, cross_attention(self.translator, t, b, decode)) for t, r, b in zip(texts, results, best)]
 
