@@ -5,11 +5,16 @@ No timing assertions: the numbers depend on the machine and its load.
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
+import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -79,12 +84,6 @@ def test_serve_load_reads_batching_from_metrics_and_percentiles_from_latencies()
 def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
     """wrk (Debian's package) with our Lua script against a stub server that answers 200, or 503
     for one sentence: every sentence is sent as a /v1/translate JSON body, and the summary line is read."""
-    import http.server
-    import shutil
-    import threading
-
-    import pytest
-
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (setup.sh installs it as root: apt-get install wrk)")
     sys.path.insert(0, str(BENCHMARKS))

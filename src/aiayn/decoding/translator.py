@@ -210,6 +210,7 @@ class ContinuousTranslation:
         self.results: dict = {}  # request -> one n-best list per text
         self.owner: dict[int, tuple] = {}  # search key -> (request, text index)
         self.left: dict = {}  # request -> its texts still searching
+        self.ready: list = []  # requests with blank texts only: answered at the next step
         self.keys = 0
 
     def __len__(self) -> int:
@@ -224,17 +225,21 @@ class ContinuousTranslation:
         self.keys += len(sources)
         self.results[request] = [[("", 0.0)] for _ in texts]
         self.owner.update({k: (request, i) for k, i in zip(keys, sources)})
-        self.left[request] = len(sources)
+        if sources:
+            self.left[request] = len(sources)
+        else:
+            self.ready.append(request)
 
     def step(self) -> list[tuple]:
         """One step of the search; -> (request, results) for each request now complete."""
+        done, self.ready = self.ready, []
         for key, hyps in self.search.step():
             request, i = self.owner.pop(key)
             self.results[request][i] = self.translator._texts([(h.tokens, h.score) for h in hyps])
             self.left[request] -= 1
-        done = [r for r, n in self.left.items() if n == 0]  # blank texts only: done at the first step
-        for r in done:
-            del self.left[r]
+            if not self.left[request]:
+                del self.left[request]
+                done.append(request)
         return [(r, _as_returned(self.results.pop(r), self.nbest)) for r in done]
 
 

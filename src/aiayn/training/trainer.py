@@ -356,11 +356,9 @@ class Trainer:
         """train.best_metric in `row`, as a score where higher is better (`metrics.higher_is_better`)."""
         from aiayn.metrics import higher_is_better
 
-        if not row:
-            return 0.0
         metric = self.run.best_metric
         if metric not in row:
-            return 0.0  # `validate` raises, on every rank
+            return 0.0  # no validation on this rank, or an unknown metric (`validate` raises, on every rank)
         return row[metric] if higher_is_better(metric) else -row[metric]
 
     # -- checkpoints ------------------------------------------------------------------------
