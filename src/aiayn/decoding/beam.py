@@ -143,20 +143,21 @@ def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Ten
 
 
 def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: Tensor, cfg: DecodeConfig) -> None:
-    """Record the finished hypotheses among the first K candidates of each sentence. t: (B',) tokens so far."""
+    """Record the finished hypotheses among the first K candidates of each sentence. t: (B',) tokens so far.
+
+    The D finished candidates are gathered on the device and read back in one `tolist` per field, not
+    one element at a time: on CUDA each element read would wait for the GPU."""
     K = cfg.beam_size
     done = (is_eos | last_step[:, None])[:, :K] & torch.isfinite(top_scores[:, :K])  # (B', K)
     if not bool(done.any()):
         return
-    lps = length_penalty(t + 1, cfg.length_penalty, cfg.length_penalty_form).tolist()  # (B',)
-    starts = state.start.tolist()
-    for b, j in done.nonzero().tolist():
-        lp = float(lps[b])
-        tokens = state.history[b, int(top_beam[b, j]), starts[b]:].tolist()
-        if not bool(is_eos[b, j]):
-            tokens.append(int(top_tok[b, j]))
-        log_prob = float(top_scores[b, j])
-        state.finished[int(state.ids[b])].append(Hypothesis(tokens, log_prob / lp, log_prob))
+    b, j = done.nonzero(as_tuple=True)  # (D,) each
+    lps = length_penalty(t[b] + 1, cfg.length_penalty, cfg.length_penalty_form)  # (D,)
+    fields = (state.history[b, top_beam[b, j]], state.start[b], is_eos[b, j], top_tok[b, j], top_scores[b, j],
+              lps, state.ids[b])  # (D, W) and (D,) each
+    for row, start, eos, tok, log_prob, lp, i in zip(*(f.tolist() for f in fields)):
+        tokens = row[start:] if eos else row[start:] + [tok]
+        state.finished[i].append(Hypothesis(tokens, log_prob / lp, log_prob))
 
 
 def _cannot_improve(state: _State, live_scores: Tensor, cfg: DecodeConfig) -> Tensor:
