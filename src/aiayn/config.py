@@ -51,6 +51,7 @@ class TransformerConfig:
     positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"
     max_positions: int = 1024  # learned table size; sinusoidal extends on demand
     source_positions: str = "start"  # "start": §3.5, 0 at the first source token; "end": 0 at the last
+    copy_attention: bool = False  # mix in copying source tokens (See et al., 2017); not in the paper
     share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
     tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
     layer_norm_eps: float = 1e-5
@@ -82,6 +83,9 @@ class TransformerConfig:
                f"source_positions must be 'start' or 'end', got {self.source_positions!r}")
         _check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
                "share_embeddings needs a joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        _check(not self.copy_attention or self.src_vocab_size == self.tgt_vocab_size,
+               "copy_attention needs a joint vocabulary (src_vocab_size == tgt_vocab_size): a copied "
+               "source id must mean the same target token")
         _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
         _check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
                f"both vocabularies must hold the {UNK_ID + 1} special ids")

@@ -30,7 +30,7 @@ def run_continuous(decoder, cfg, arrivals: dict[int, list[list[int]]], device) -
     return results
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"}])
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"}, {"copy_attention": True}])
 @pytest.mark.parametrize("form,alpha,nbest", [("gnmt", 0.6, 1), ("plain", 1.0, 3)])
 def test_sentences_joining_at_any_step_get_their_own_beam_search(overrides, form, alpha, nbest, device):
     model = tiny(**overrides).to(device)

@@ -22,7 +22,7 @@ def sources():
 
 
 @pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"},
-                                       {"tgt_vocab_size": 30, "tie_output": False}])
+                                       {"tgt_vocab_size": 30, "tie_output": False}, {"copy_attention": True}])
 @torch.inference_mode()
 def test_fast_step_equals_model_step(overrides):
     model, src = tiny(**overrides), sources()
@@ -92,13 +92,15 @@ def per_row(cache):
     cache.cross_k = [k.repeat_interleave(g, 0) for k in cache.cross_k]
     cache.cross_v = [v.repeat_interleave(g, 0) for v in cache.cross_v]
     cache.src_mask = cache.src_mask.repeat_interleave(g, 0)
+    if cache.copy_k is not None:
+        cache.copy_k, cache.src_ids = cache.copy_k.repeat_interleave(g, 0), cache.src_ids.repeat_interleave(g, 0)
     cache.cross_mask, cache.has_source = (None if t is None else t.repeat_interleave(g, 0)
                                           for t in (cache.cross_mask, cache.has_source))
     cache.group = 1
     return cache
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}])
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"copy_attention": True}])
 @torch.inference_mode()
 def test_beams_share_their_source_and_step_as_rows_with_their_own_copy(overrides, device):
     """Expanding 3 sentences to 4 beams keeps one copy of each source's cross-attention tensors

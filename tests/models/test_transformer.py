@@ -18,7 +18,8 @@ def batch(B=3, S=7, T=6):
     return src, torch.randint(4, V, (B, T))
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"}, {"tgt_vocab_size": 30}])
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"}, {"tgt_vocab_size": 30},
+                                       {"copy_attention": True}])
 @torch.no_grad()
 def test_cached_decoding_equals_recomputation_at_every_step(overrides, device):
     model = tiny(**overrides).to(device)
@@ -31,11 +32,11 @@ def test_cached_decoding_equals_recomputation_at_every_step(overrides, device):
         torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("source_positions", ["start", "end"])
+@pytest.mark.parametrize("overrides", [{}, {"source_positions": "end"}, {"copy_attention": True}])
 @torch.no_grad()
-def test_padding_invariance(device, source_positions):
+def test_padding_invariance(device, overrides):
     """A sentence's outputs do not change when batched with longer ones."""
-    model = tiny(source_positions=source_positions).to(device)
+    model = tiny(**overrides).to(device)
     short_src, short_tgt = torch.randint(4, V, (1, 4)), torch.randint(4, V, (1, 3))
     long_src, long_tgt = torch.randint(4, V, (1, 9)), torch.randint(4, V, (1, 8))
     alone = model(short_src.to(device), short_tgt.to(device))
@@ -105,7 +106,8 @@ def test_base_count_with_shared_37k_vocabulary():
     assert count_parameters(TransformerConfig(src_vocab_size=37000)) == 63_082_496
 
 
-@pytest.mark.parametrize("overrides", [{}, {"tie_output": False}, {"tgt_vocab_size": 30}, {"norm_first": True}])
+@pytest.mark.parametrize("overrides", [{}, {"tie_output": False}, {"tgt_vocab_size": 30}, {"norm_first": True},
+                                       {"copy_attention": True}])
 def test_counts_for_variants(overrides):
     cfg = TransformerConfig.preset("tiny", src_vocab_size=V, **overrides)
     assert Transformer(cfg).num_parameters() == count_parameters(cfg)

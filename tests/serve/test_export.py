@@ -111,9 +111,11 @@ def test_errors_name_the_file(model_dir, tmp_path, monkeypatch):
     RNNEncoderDecoder(RNNConfig(src_vocab_size=14, embed_dim=8, hidden_size=8)).save_pretrained(rnn)
     with pytest.raises(ValueError, match=f"{rnn / 'config.json'}.*only the Transformer encoder-decoder"):
         export_ctranslate2(rnn, tmp_path / "out")
-    from_end = make_model_dir(tmp_path / "from-end", source_positions="end")
-    with pytest.raises(ValueError, match=f"{from_end / 'config.json'}.*counted from the end"):
-        export_ctranslate2(from_end, tmp_path / "out")
+    for name, setting, what in [("from-end", {"source_positions": "end"}, "counted from the end"),
+                                ("copies", {"copy_attention": True}, "copy attention has no CTranslate2")]:
+        unsupported = make_model_dir(tmp_path / name, **setting)
+        with pytest.raises(ValueError, match=f"{unsupported / 'config.json'}.*{what}"):
+            export_ctranslate2(unsupported, tmp_path / "out")
     with pytest.raises(ValueError, match=f"{model_dir}.*unknown quantization 'int4'"):
         export_ctranslate2(model_dir, tmp_path / "out", quantization="int4")
     with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'missing'}: model directory not found"):

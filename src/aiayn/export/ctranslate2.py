@@ -115,12 +115,14 @@ def _read_model_dir(model_dir: Path):
     if model_type != Transformer.model_type:
         raise ValueError(f"{model_dir / CONFIG_FILE}: a {model_type!r} model; only the Transformer "
                          f"encoder-decoder ({Transformer.model_type!r}) exports to CTranslate2")
-    if config.attention_score == "additive":
-        raise ValueError(f"{model_dir / CONFIG_FILE}: additive attention has no CTranslate2 counterpart "
-                         "(attention_score 'scaled_dot' and 'dot' export)")
-    if config.source_positions != "start":
-        raise ValueError(f"{model_dir / CONFIG_FILE}: source positions counted from the end have no CTranslate2 "
-                         "counterpart (source_positions 'start' exports)")
+    unsupported = {  # what CTranslate2's Transformer spec cannot express -> the settings that export
+        "additive attention": (config.attention_score == "additive", "attention_score 'scaled_dot' and 'dot'"),
+        "source positions counted from the end": (config.source_positions != "start", "source_positions 'start'"),
+        "copy attention": (config.copy_attention, "copy_attention false"),
+    }
+    for what, (found, exports) in unsupported.items():
+        if found:
+            raise ValueError(f"{model_dir / CONFIG_FILE}: {what} has no CTranslate2 counterpart ({exports} exports)")
     model, tokenizers = load_model(model_dir), load_tokenizers(model_dir)
     check_vocab(config, tokenizers, str(model_dir))
     return model, tokenizers, read_task_info(model_dir)

@@ -144,7 +144,8 @@ class FastDecoder:
         cache.advance(1)
         if self.final_norm is not None:
             x = self._norm(x, self.final_norm)
-        return x @ self.out_w  # (N, V)
+        logits = x @ self.out_w  # (N, V)
+        return logits if self.model.copy is None else self.model.copy(x[:, None], logits[:, None], cache)[:, 0]
 
 
 def _check_supported(model) -> None:

@@ -19,6 +19,7 @@ from aiayn.config import PAD_ID, TransformerConfig
 from aiayn.models.base import PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
+from aiayn.modules.copy_attention import CopyAttention
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
 
@@ -31,6 +32,7 @@ class EncoderOutput:
     memory: Tensor  # (B, S, D)
     src_mask: Tensor  # (B, S) bool, True at real tokens
     attentions: list[Tensor] | None = None  # per layer (B, H, S, S), when asked for
+    src: Tensor | None = None  # (B, S) the source ids, kept for copy attention
 
 
 @dataclass
@@ -139,17 +141,19 @@ class Transformer(PretrainedModel):
         self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         if self.output_proj is not None:
             nn.init.normal_(self.output_proj.weight, std=cfg.d_model**-0.5)
+        self.copy = CopyAttention(cfg.d_model) if cfg.copy_attention else None
 
     # -- the model's own entry points -------------------------------------------------------
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOutput:
         src_mask = masks.padding_mask(src, PAD_ID)  # (B, S)
         memory, weights = self.encoder(src, src_mask, need_weights)
-        return EncoderOutput(memory, src_mask, weights)
+        return EncoderOutput(memory, src_mask, weights, src)
 
     def init_cache(self, enc: EncoderOutput, capacity: int = 64) -> KVCache:
         """A fresh cache holding each decoder layer's cross-attention keys/values (§3.2.3)."""
         cross = [layer.cross_attn.project_kv(enc.memory) for layer in self.decoder.layers]
-        return KVCache(cross, enc.src_mask, capacity)
+        copy_source = None if self.copy is None else (self.copy.project_keys(enc.memory), enc.src)
+        return KVCache(cross, enc.src_mask, capacity, copy_source)
 
     def decode(self, tgt: Tensor, cache: KVCache, need_weights: bool = False) -> DecoderOutput:
         """Run the decoder on new target positions and extend `cache` in place.
@@ -161,13 +165,19 @@ class Transformer(PretrainedModel):
             raise ValueError("this cache holds rows at different positions (continuous batching), which only "
                              "FastDecoder.step handles")
         hidden, self_ws, cross_ws = self.decoder(tgt, cache, need_weights)
-        return DecoderOutput(self.project(hidden), cache, self_ws, cross_ws)
+        return DecoderOutput(self.output(hidden, cache), cache, self_ws, cross_ws)
 
     def project(self, hidden: Tensor) -> Tensor:
         """Pre-softmax linear map (§3.4), tied to the target embedding by default. -> (..., V)."""
         if self.output_proj is None:
             return F.linear(hidden, self.decoder.embed.weight)
         return self.output_proj(hidden)
+
+    def output(self, hidden: Tensor, cache: KVCache) -> Tensor:
+        """The decoder's final hidden states (B, T, D) -> logits (B, T, V): the projection, or with
+        `copy_attention` the log-probabilities of the copy mixture (`modules.copy_attention`)."""
+        logits = self.project(hidden)
+        return logits if self.copy is None else self.copy(hidden, logits, cache)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """Teacher-forced logits: (B, S), (B, T) -> (B, T, V)."""
@@ -221,4 +231,5 @@ def count_parameters(cfg: TransformerConfig) -> int:
     embeddings = cfg.src_vocab_size * D + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * D)
     output = 0 if cfg.tie_output else cfg.tgt_vocab_size * D
     learned = 2 * cfg.max_positions * D if cfg.positional == "learned" else 0
-    return encoder + decoder + final_norms + embeddings + output + learned
+    copy = 2 * (D * D + D) + D + 1 if cfg.copy_attention else 0  # W_q, W_k, the gate
+    return encoder + decoder + final_norms + embeddings + output + learned + copy

@@ -13,6 +13,8 @@ State, per decoder layer l (K = batch rows, beams included; n = K / group source
     cross_k[l], cross_v[l]: (n, H, S, Dh)   projected encoder output, fixed
     self_k[l],  self_v[l]:  (K, H, C, Dh)   buffers of capacity C >= length
     src_mask:               (n, S) bool     True at real source tokens
+    copy_k, src_ids:        (n, 1, S, D), (n, S) long: copy attention's keys and the source ids,
+                            for a model with `copy_attention` (`modules.copy_attention`); else None
     cross_mask:             (n, 1, 1, S) bool, or None when no source is padded
     has_source:             (n, 1, 1, 1) bool, or None when every source has a token;
                             rows without one attend to nothing and get zeros
@@ -39,10 +41,12 @@ from aiayn.modules import masks
 
 
 class KVCache:
-    def __init__(self, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, capacity: int = 64):
+    def __init__(self, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, capacity: int = 64,
+                 copy_source: tuple[Tensor, Tensor] | None = None):
         self.cross_k = [k for k, _ in cross_kv]
         self.cross_v = [v for _, v in cross_kv]
         self.src_mask = src_mask
+        self.copy_k, self.src_ids = copy_source if copy_source is not None else (None, None)
         self.cross_mask, self.has_source = _cross_masks(src_mask)
         self.self_k: list[Tensor | None] = [None] * len(cross_kv)
         self.self_v: list[Tensor | None] = [None] * len(cross_kv)
@@ -176,6 +180,9 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
     out.src_mask = _stack([(c.src_mask, r) for c, r in sources], 1, S)
     out.cross_k = [_stack([(c.cross_k[i], r) for c, r in sources], 2, S) for i in range(len(a.cross_k))]
     out.cross_v = [_stack([(c.cross_v[i], r) for c, r in sources], 2, S) for i in range(len(a.cross_v))]
+    copies = a.copy_k is not None
+    out.copy_k = _stack([(c.copy_k, r) for c, r in sources], 2, S) if copies else None
+    out.src_ids = _stack([(c.src_ids, r) for c, r in sources], 1, S) if copies else None
     out.cross_mask, out.has_source = (a.cross_mask, a.has_source) if out.src_mask is a.src_mask else \
         _cross_masks(out.src_mask)
     n = lambda c, r: c.batch_size if r is None else r.numel()  # noqa: E731
