@@ -138,8 +138,9 @@ def test_summarization_report_scores_first_reference_and_all(tmp_path):
     direct_first = metrics.rouge(["the budget meeting"], [["Budget meeting"]])
     assert report["model_first_reference"]["rouge1"] == round(direct_first["rouge1"].score, 2)
     assert report["model_all_references"]["rouge2"] >= report["model_first_reference"]["rouge2"]
-    lead_r1 = metrics.rouge(["quarterly budget review meeting"], [["Budget meeting", "meeting on budget"]])["rouge1"]
-    assert report["lead_all_references"]["rouge1"] == round(lead_r1.score, 2)
+    for n, words in ((4, "quarterly budget review meeting"), (8, "quarterly budget review meeting today please come")):
+        lead_r1 = metrics.rouge([words], [["Budget meeting", "meeting on budget"]])["rouge1"]
+        assert report[f"lead{n}_all_references"]["rouge1"] == round(lead_r1.score, 2)
 
 
 def test_qa_scores_include_babi_error_rates(tmp_path):
