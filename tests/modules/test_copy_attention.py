@@ -4,15 +4,14 @@ the fast decoder, beams sharing a source, padding and continuous batching are ch
 other model variants (tests/models, tests/decoding)."""
 
 import math
-import random
 
 import pytest
 import torch
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ConfigError, TransformerConfig
-from aiayn.decoding import greedy_search
+from aiayn.config import PAD_ID, ConfigError, TransformerConfig
 from aiayn.models.transformer import Transformer
-from aiayn.training.loss import label_smoothed_loss
+
+from copy_task import train_and_copy
 
 V = 24
 
@@ -68,26 +67,7 @@ def test_needs_a_joint_vocabulary():
 def test_learns_to_copy():
     """The copy task: 100% exact match on held-out sequences, greedy."""
     torch.manual_seed(0)
-    rng = random.Random(0)
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=V, copy_attention=True, dropout=0.0,
                                                  d_model=64, n_heads=4, d_ff=128))
-    optim = torch.optim.Adam(model.parameters(), lr=3e-3)
-
-    def batch(n):
-        seqs = [[rng.randrange(4, V) for _ in range(rng.randint(2, 6))] for _ in range(n)]
-        src, tgt_in, tgt_out = (torch.zeros(n, 7, dtype=torch.long) for _ in range(3))
-        for i, s in enumerate(seqs):
-            src[i, : len(s) + 1] = torch.tensor(s + [EOS_ID])
-            tgt_in[i, : len(s) + 1] = torch.tensor([BOS_ID] + s)
-            tgt_out[i, : len(s) + 1] = torch.tensor(s + [EOS_ID])
-        return seqs, src, tgt_in, tgt_out
-
-    model.train()
-    for _ in range(300):
-        _, src, tgt_in, tgt_out = batch(32)
-        sums = label_smoothed_loss(model(src, tgt_in), tgt_out, 0.0, PAD_ID)
-        optim.zero_grad()
-        (sums.loss / sums.n_tokens).backward()
-        optim.step()
-    seqs, src, _, _ = batch(100)
-    assert greedy_search(model.eval(), src, 1.0, 2) == seqs
+    expected, got = train_and_copy(model, V, steps=300)
+    assert got == expected

@@ -38,23 +38,22 @@ class CopyAttention(nn.Module):
 
     def forward(self, hidden: Tensor, logits: Tensor, cache: KVCache) -> Tensor:
         """hidden (K, T, D), logits (K, T, V) -> log p(w) (K, T, V), float32."""
-        weights = self.weights(hidden, cache)  # (K, T, S)
-        src = cache.src_ids.repeat_interleave(cache.group, 0)  # (K, S): each row's source ids
-        copied = torch.zeros(logits.shape, dtype=torch.float32, device=logits.device)
-        copied.scatter_add_(2, src[:, None, :].expand_as(weights), weights)  # (K, T, V)
+        a = self.weights(hidden, cache)  # (n, 1, group·T, S)
+        copied = a.new_zeros(*a.shape[:3], logits.shape[-1])  # (n, 1, group·T, V): once per source, like a
+        copied.scatter_add_(3, cache.src_ids[:, None, None, :].expand_as(a), a)
+        copied = cache.ungrouped(copied)[:, 0]  # (K, T, V)
         g = torch.sigmoid(self.gate(hidden).float())  # (K, T, 1)
         p = g * torch.softmax(logits.float(), dim=-1) + (1.0 - g) * copied
         return p.clamp_min(torch.finfo(p.dtype).tiny).log()
 
     def weights(self, hidden: Tensor, cache: KVCache) -> Tensor:
-        """The copy attention a: hidden (K, T, D) -> (K, T, S), float32; each row sums to 1 over its
-        real source tokens (0 for a row whose source has none)."""
-        q = cache.grouped(self.query(hidden)[:, None])  # (n, 1, group·T, D): the rows of a source together
+        """The copy attention a, with the rows that share a source together (`KVCache.grouped`):
+        hidden (K, T, D) -> (n, 1, group·T, S), float32; each query's weights sum to 1 over its
+        source's real tokens (0 for a source with none)."""
+        q = cache.grouped(self.query(hidden)[:, None])  # (n, 1, group·T, D)
         scores = (q @ cache.copy_k.transpose(-1, -2)).float() / math.sqrt(hidden.shape[-1])  # (n, 1, group·T, S)
         if cache.cross_mask is not None:
             mask = cache.cross_mask if cache.has_source is None else cache.cross_mask | ~cache.has_source
             scores = scores.masked_fill(~mask, float("-inf"))
         a = torch.softmax(scores, dim=-1)
-        if cache.has_source is not None:
-            a = a * cache.has_source  # a source with no token: nothing to copy
-        return cache.ungrouped(a)[:, 0]  # (K, T, S)
+        return a if cache.has_source is None else a * cache.has_source  # a source with no token: nothing to copy
