@@ -170,6 +170,7 @@ class DecodeConfig:
     max_len_a: float = 1.0
     max_len_b: int = 50
     nbest: int = 1
+    no_repeat_ngram_size: int = 0  # n > 0: no n-gram twice in an output (fairseq, Hugging Face); not in the paper
 
     def __post_init__(self) -> None:
         _check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
@@ -178,6 +179,7 @@ class DecodeConfig:
         _check(self.length_penalty_form in ("gnmt", "plain"),
                f"length_penalty_form must be 'gnmt' or 'plain', got {self.length_penalty_form!r}")
         _check(self.max_len_a >= 0 and self.max_len_b >= 0, "max_len_a and max_len_b must be >= 0")
+        _check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
         _check(1 <= self.nbest <= self.beam_size,
                f"nbest must be in [1, beam_size={self.beam_size}], got {self.nbest}")
 

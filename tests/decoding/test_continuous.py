@@ -46,6 +46,42 @@ def test_sentences_joining_at_any_step_get_their_own_beam_search(overrides, form
         assert [h.score for h in got[i]] == pytest.approx([h.score for h in alone], abs=1e-4)
 
 
+class _CountingDecoder:
+    """A decoder that records, at each step, how many rows it decoded and how many beams the search had."""
+
+    def __init__(self, decoder):
+        self.decoder, self.search, self.calls = decoder, None, []
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, tokens, cache):
+        beams = self.search.beams
+        self.calls.append((tokens.shape[0], cache.batch_size, beams.ids.numel() * self.search.config.beam_size))
+        return self.decoder.step(tokens, cache)
+
+
+@pytest.mark.parametrize("waiting", [False, True], ids=["alone", "others-waiting"])
+def test_rows_of_ended_sentences_are_never_decoded(waiting):
+    model = tiny()
+    torch.manual_seed(1)
+    src = rows(torch.cat([sources(), sources()]))
+    counting = _CountingDecoder(model.fast_decoder())
+    search = counting.search = ContinuousBeamSearch(counting, DecodeConfig(beam_size=3, max_len_b=6))
+    search.add(src[:4], keys=range(4))
+    key, ended = 4, 0
+    while len(search):
+        done = search.step()
+        ended += len(done)
+        if waiting and done and key < len(src):  # a new sentence arrives as one ends, as at a server
+            search.add([src[key]], keys=[key])
+            key += 1
+    assert ended == (len(src) if waiting else 4)
+    assert len(counting.calls) > 5
+    for decoded, cached, live in counting.calls:
+        assert decoded == cached == live
+
+
 def test_the_cache_drops_columns_no_row_uses():
     # Without trimming, a server that never runs dry would grow its cache forever.
     model = tiny()

@@ -63,6 +63,17 @@ def test_native_api_with_scores_and_attention(client, model_dir):
         torch.testing.assert_close(torch.tensor(got["weights"]), torch.from_numpy(want.cross), atol=1e-4, rtol=0)
 
 
+def test_native_api_passes_no_repeat_ngram_size(client, model_dir):
+    from aiayn.decoding.translator import Translator
+
+    options = {"method": "beam", "beam_size": 3, "max_len_b": 12}
+    translator = Translator.from_pretrained(model_dir)
+    want = translator.translate([SENTENCE], max_len_a=0.0, no_repeat_ngram_size=2, **options)
+    assert want != translator.translate([SENTENCE], max_len_a=0.0, **options)  # the option changes this output
+    got = client.post("/v1/translate", json={"text": [SENTENCE], "no_repeat_ngram_size": 2, **options})
+    assert got.status_code == 200 and got.json()["translations"][0]["text"] == want[0]
+
+
 @pytest.mark.parametrize("request_kwargs,status,message", [
     ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, "malformed JSON"),
     ({"json": {"q": 5, "source": "de", "target": "en"}}, 422, "q must be"),
@@ -80,6 +91,7 @@ def test_bad_libretranslate_requests(client, request_kwargs, status, message):
 @pytest.mark.parametrize("body,status", [
     ({"text": [SENTENCE], "beam_size": 10_000}, 422),
     ({"text": [SENTENCE], "temperature": 0.5}, 422),  # not a whitelisted field
+    ({"text": [SENTENCE], "no_repeat_ngram_size": -1}, 422),
     ({"text": []}, 422),
     ({"text": ["x" * 41]}, 413),
     ({"text": "not a list"}, 422),

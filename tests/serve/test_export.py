@@ -86,6 +86,20 @@ def test_float32_decodes_as_aiayn(model_dir, exported):
         ct2.translate(TEXTS, nbest=2, method="greedy")
 
 
+def test_no_repeat_ngram_size_passes_to_ctranslate2(model_dir, exported):
+    # CTranslate2 bans the tokens before its softmax, aiayn (as fairseq and Hugging Face) after it: the
+    # argmax is the same, but beam scores differ, so beam outputs are only checked against the rule
+    native, ct2 = both(model_dir, exported)
+    greedy, beam = dict(GREEDY, max_len_b=12), dict(BEAM, max_len_b=12)
+    ours = native.translate(TEXTS, no_repeat_ngram_size=2, **greedy)
+    assert ours != native.translate(TEXTS, **greedy)  # the random model repeats itself: the option is exercised
+    assert ct2.translate(TEXTS, no_repeat_ngram_size=2, **greedy) == ours
+    repeated = ct2.translate(TEXTS, **beam)
+    for text in (repeated, ct2.translate(TEXTS, no_repeat_ngram_size=2, **beam)):
+        bigrams = [list(zip(t.split(), t.split()[1:])) for t in text]
+        assert any(len(set(b)) < len(b) for b in bigrams) == (text is repeated)
+
+
 def test_pre_norm_and_separate_vocabularies_decode_as_aiayn(tmp_path):
     for name, config in (("pre", {"norm_first": True}), ("sep", {"tgt_vocab_size": 14, "share_embeddings": False,
                                                                    "tie_output": False})):

@@ -30,6 +30,8 @@ def add_decode_arguments(p) -> None:
                    help=f"gnmt: ((5+|Y|)/6)^α, plain: |Y|^α (default: {_D.length_penalty_form})")
     g.add_argument("--max-len-a", type=float, help=f"max output = a·|src| + b tokens (default a: {_D.max_len_a})")
     g.add_argument("--max-len-b", type=int, help=f"(default b: {_D.max_len_b})")
+    g.add_argument("--no-repeat-ngram-size", type=int,
+                   help=f"n > 0: no output repeats an n-gram of its own (default: {_D.no_repeat_ngram_size}, off)")
     g.add_argument("--temperature", type=float, help=f"sampling temperature (default: {_S.temperature})")
     g.add_argument("--top-k", type=int, help=f"sample from the k most probable tokens (default: {_S.top_k}, all)")
     g.add_argument("--top-p", type=float, help=f"nucleus sampling mass (default: {_S.top_p}, all)")
@@ -57,7 +59,7 @@ def translate_kwargs(args) -> dict:
     """The decoding flags as `Translator.translate` overrides; unset ones (None) keep the config's value."""
     return dict(method=args.method, beam_size=args.beam_size, length_penalty=args.length_penalty,
                 length_penalty_form=args.length_penalty_form, max_len_a=args.max_len_a,
-                max_len_b=args.max_len_b, temperature=args.temperature, top_k=args.top_k,
+                max_len_b=args.max_len_b, no_repeat_ngram_size=args.no_repeat_ngram_size, temperature=args.temperature, top_k=args.top_k,
                 top_p=args.top_p, seed=args.seed)
 
 

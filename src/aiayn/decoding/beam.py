@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, DecodeConfig
-from aiayn.decoding.common import banned_tokens, output_limits
+from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, output_limits
 from aiayn.decoding.interface import Decodable
 from aiayn.decoding.length_penalty import length_penalty
 
@@ -119,6 +119,9 @@ def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Ten
     V = logp.shape[-1]
     W = state.history.shape[2]
     t = W - state.start  # (B',) tokens so far in each sentence
+    if cfg.no_repeat_ngram_size:
+        ban_repeated_ngrams_(logp, state.history.reshape(Bn * K, W), cfg.no_repeat_ngram_size,
+                             state.start.repeat_interleave(K))
     cand = logp.view(Bn, K, V).add_(state.scores[:, :, None])  # (B', K, V), in place: no new (N, V)
     top_scores, top_flat = cand.view(Bn, K * V).topk(2 * K, dim=1)  # (B', 2K), best first
     top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)

@@ -80,3 +80,20 @@ def banned_tokens(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """
     always = [PAD_ID, BOS_ID]
     return (torch.tensor(always, device=device), torch.tensor(always + [EOS_ID], device=device))
+
+
+def ban_repeated_ngrams_(scores: Tensor, history: Tensor, n: int, start: Tensor | None = None) -> Tensor:
+    """Set to -inf, in place, each row's scores (N, V) for the tokens that would repeat an n-gram
+    its history (N, W) already holds: the token after each earlier occurrence of the row's last
+    n - 1 tokens (n = 1: every token already produced). Row i's tokens are history[i, start[i]:]
+    (start None: all of them). fairseq's --no-repeat-ngram-size and Hugging Face's
+    `no_repeat_ngram_size` do the same; not in the paper. Returns scores."""
+    N, W = history.shape
+    if n < 1 or W < n:
+        return scores
+    windows = history.unfold(1, n, 1)  # (N, W - n + 1, n): every n-gram so far
+    match = (windows[:, :, : n - 1] == history[:, W - n + 1:, None].transpose(1, 2)).all(-1)  # (N, W - n + 1)
+    if start is not None:
+        match &= torch.arange(W - n + 1, device=history.device) >= start[:, None]  # n-grams of real tokens only
+    rows, at = match.nonzero(as_tuple=True)  # (R,) each
+    return scores.index_put_((rows, windows[rows, at, n - 1]), scores.new_tensor(float("-inf")))

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.decoding.common import banned_tokens, max_output_length, output_limits
+from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, max_output_length, output_limits
 from aiayn.decoding.interface import Decodable
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
@@ -23,8 +23,9 @@ Picker = Callable[[Tensor, Tensor], Tensor]  # scores (N, V), each row's index i
 
 @torch.inference_mode()
 def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | None = None,
-                max_len_b: int | None = None, min_len: int = 0) -> list[list[int]]:
-    """Decode each row of src (B, S) one token per step, choosing with `pick`.
+                max_len_b: int | None = None, min_len: int = 0, no_repeat_ngram_size: int = 0) -> list[list[int]]:
+    """Decode each row of src (B, S) one token per step, choosing with `pick`; with
+    `no_repeat_ngram_size` n, never an n-gram a row already produced (`ban_repeated_ngrams_`).
 
     Returns token ids without BOS/EOS. Every few steps, once a quarter of the rows are
     done, they leave the batch (`state.reorder`). State (N = rows still decoding):
@@ -45,6 +46,8 @@ def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | 
     row_limits, bans = limits, banned_tokens(src.device)
     for t in range(steps):
         scores = model.step(tokens, state)  # (N, V)
+        if no_repeat_ngram_size:
+            ban_repeated_ngrams_(scores, out[rows, :t], no_repeat_ngram_size)
         tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")), rows)  # (N,)
         out[rows, t] = tokens
         alive &= (tokens != EOS_ID) & (row_limits > t + 1)
@@ -72,10 +75,10 @@ def _argmax(scores: Tensor, rows: Tensor) -> Tensor:
 
 
 def greedy_search(model: Decodable, src: Tensor, max_len_a: float | None = None, max_len_b: int | None = None,
-                  min_len: int = 0) -> list[list[int]]:
+                  min_len: int = 0, no_repeat_ngram_size: int = 0) -> list[list[int]]:
     """argmax decoding of a padded batch src (B, S). Returns token ids without BOS/EOS.
 
     `max_len_a`/`max_len_b` default to `DecodeConfig` (|src| + 50, §6.1); `min_len`
     forbids EOS before that many tokens (0: never forbidden).
     """
-    return decode_rows(model, src, _argmax, max_len_a, max_len_b, min_len)
+    return decode_rows(model, src, _argmax, max_len_a, max_len_b, min_len, no_repeat_ngram_size)

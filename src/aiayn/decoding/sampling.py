@@ -41,7 +41,7 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
 def sample(model: Decodable, src: Tensor, config: SamplingConfig | None = None,
            generator: torch.Generator | None = None, max_len_a: float | None = None,
            max_len_b: int | None = None, min_len: int = 0,
-           generators: Sequence[torch.Generator] | None = None) -> list[list[int]]:
+           generators: Sequence[torch.Generator] | None = None, no_repeat_ngram_size: int = 0) -> list[list[int]]:
     """Sample one output per row of src (B, S); ids without BOS/EOS.
 
     Probabilities are softmax(logits / temperature) restricted by `filter_logits`; `config`
@@ -64,4 +64,4 @@ def sample(model: Decodable, src: Tensor, config: SamplingConfig | None = None,
             return torch.multinomial(probs, 1, generator=generator).squeeze(1)
         return torch.cat([torch.multinomial(p, 1, generator=generators[r]) for p, r in zip(probs, rows.tolist())])
 
-    return decode_rows(model, src, pick, max_len_a, max_len_b, min_len)
+    return decode_rows(model, src, pick, max_len_a, max_len_b, min_len, no_repeat_ngram_size)

@@ -170,13 +170,14 @@ class Translator(TextTranslator):
 
     def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, lines: list[int]):
         """-> per row, a list of (token ids, score). `lines`: each row's line number, for seeding."""
-        a, b = decode.max_len_a, decode.max_len_b
+        a, b, n = decode.max_len_a, decode.max_len_b, decode.no_repeat_ngram_size
         if decode.method == "sample":
             generators = None if sampling.seed is None else [
                 torch.Generator(device=self.device).manual_seed(line_seed(sampling.seed, i)) for i in lines]
-            outs = sample(self.decoder, src, sampling, max_len_a=a, max_len_b=b, generators=generators)
+            outs = sample(self.decoder, src, sampling, max_len_a=a, max_len_b=b, generators=generators,
+                          no_repeat_ngram_size=n)
         elif decode.method == "greedy" or decode.beam_size == 1:
-            outs = greedy_search(self.decoder, src, a, b)
+            outs = greedy_search(self.decoder, src, a, b, no_repeat_ngram_size=n)
         else:
             return [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(self.decoder, src, decode)]
         return [[(tokens, 0.0)] for tokens in outs]

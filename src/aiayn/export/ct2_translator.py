@@ -11,6 +11,10 @@ How aiayn's decoding settings map onto CTranslate2's:
     max_len_a/b         max_decoding_length, per sentence as in aiayn (a·|src| + b, EOS included
                         in both): sentences are decoded in groups of equal limit
     nbest               num_hypotheses (reranked, see below)
+    no_repeat_ngram_size  no_repeat_ngram_size (the same rule: no n-gram of the output twice);
+                        CTranslate2 bans before its softmax, aiayn after it (as fairseq and Hugging
+                        Face do), so greedy outputs are the same but beam scores, and so beam
+                        outputs, may differ
     banned tokens       PAD and BOS are suppressed (`suppress_sequences`), EOS is allowed from
                         the first step (min_decoding_length 0), as in aiayn's searches
 
@@ -121,7 +125,8 @@ class CT2Translator(TextTranslator):
     def _options(self, limit: int, decode: DecodeConfig, sampling: SamplingConfig) -> dict:
         options = dict(max_decoding_length=limit, min_decoding_length=0, max_input_length=0,
                        suppress_sequences=self._suppress, return_end_token=True,
-                       max_batch_size=self.batch_tokens, batch_type="tokens", beam_size=1)
+                       max_batch_size=self.batch_tokens, batch_type="tokens", beam_size=1,
+                       no_repeat_ngram_size=decode.no_repeat_ngram_size)
         if decode.method == "sample":
             options.update(sampling_topk=sampling.top_k, sampling_topp=sampling.top_p,
                            sampling_temperature=sampling.temperature)

@@ -6,7 +6,8 @@ Endpoints, for a translation model:
                            answers {"translatedText": a string, or a list for a list}
     GET  /languages        [{"code", "name", "targets"}] from the model's language pair
     POST /v1/translate     {"text": [...], "beam_size", "length_penalty", "max_len_b", "method",
-                           "return_attention"}: only these fields, each capped; hypotheses with
+                           "nbest", "no_repeat_ngram_size", "return_attention"}: only these
+                           fields, each capped; hypotheses with
                            scores and, on request, the 1-best's cross-attention
     GET  /health, GET /metrics, GET /docs (FastAPI's OpenAPI page), GET / (the web page)
 
@@ -222,6 +223,7 @@ def translation_routes(app, service: ModelService) -> None:
         length_penalty: float = Field(default=0.6, ge=0.0, le=2.0)
         max_len_b: int = Field(default=50, ge=1, le=limits.max_len_b)
         nbest: int = Field(default=1, ge=1, le=limits.max_beam)
+        no_repeat_ngram_size: int = Field(default=0, ge=0, le=limits.max_len_b)
         return_attention: bool = False
 
     @app.post("/v1/translate", summary="translation with decoding options, scores and attention")
@@ -233,7 +235,8 @@ def translation_routes(app, service: ModelService) -> None:
         beam = body.beam_size if body.method == "beam" else 1
         nbest = min(body.nbest, beam) if beam > 1 else None
         results = await service.decode(texts, method=body.method, beam_size=beam, length_penalty=body.length_penalty,
-                                       max_len_b=body.max_len_b, nbest=nbest, return_attention=body.return_attention)
+                                       max_len_b=body.max_len_b, no_repeat_ngram_size=body.no_repeat_ngram_size,
+                                       nbest=nbest, return_attention=body.return_attention)
         return {"translations": [_native_result(r) for r in results]}
 
 
