@@ -44,7 +44,7 @@ class ContinuousBeamSearch:
     decoded again: at the start of the next step one copy of the cache (`concat`) drops them,
     keeps the other rows in their new beam order (`live`) and adds the sentences waiting to join.
     (Feeding the ended rows EOS until the next join, as this search once did, decoded a fifth of
-    its rows for nothing at 32 sentences in flight, which cost more than the extra copies.)
+    its rows for nothing at 32 sentences in flight.)
     """
 
     def __init__(self, decoder, config: DecodeConfig, device: torch.device | str = "cpu", join_every: int = 4):
