@@ -44,6 +44,18 @@ def test_stdin_to_stdout_keeps_lines_aligned(model_dir, monkeypatch, capsys):
     assert out[1] == "" and out[5] == ""  # blank in, blank out
 
 
+def test_no_repeat_ngram_size_flag(model_dir, monkeypatch, capsys):
+    options = dict(method="sample", seed=1, temperature=2.0, max_len_b=10)  # this untrained model says "" with beams
+    with_stdin(monkeypatch, "\n".join(LINES) + "\n")
+    flags = ["--method", "sample", "--seed", "1", "--temperature", "2.0", "--max-len-b", "10"]
+    assert main(["translate", str(model_dir), *flags, "--no-repeat-ngram-size", "1"]) == 0
+    out = capsys.readouterr().out.split("\n")[:-1]
+    translator = Translator.from_pretrained(model_dir)
+    assert out == translator.translate(LINES, no_repeat_ngram_size=1, **options)
+    assert out != translator.translate(LINES, **options)  # the flag changed something
+    assert all(len(set(line.split())) == len(line.split()) for line in out)  # n = 1: no symbol twice
+
+
 def test_files_with_progress_bar(model_dir, tmp_path, capsys):
     src, hyp = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")

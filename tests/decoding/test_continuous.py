@@ -20,6 +20,7 @@ def run_continuous(decoder, cfg, arrivals: dict[int, list[list[int]]], device) -
     """arrivals: step -> sources joining before that step. -> key (arrival order) -> n-best list."""
     search, results, key, step = ContinuousBeamSearch(decoder, cfg, device), {}, 0, 0
     while step <= max(arrivals) or len(search):
+        assert step < 200, "the search never ran dry"  # fail, do not hang
         joining = arrivals.get(step, [])
         if joining:
             search.add(joining, keys=range(key, key + len(joining)))
@@ -71,6 +72,7 @@ def test_rows_of_ended_sentences_are_never_decoded(waiting):
     search.add(src[:4], keys=range(4))
     key, ended = 4, 0
     while len(search):
+        assert len(counting.calls) < 200, "the search never ran dry"
         done = search.step()
         ended += len(done)
         if waiting and done and key < len(src):  # a new sentence arrives as one ends, as at a server

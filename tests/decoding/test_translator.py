@@ -205,6 +205,7 @@ def test_continuous_session_answers_what_translate_answers(model_dir, nbest):
             session.add(name, requests[name])
         got.update(session.step())
         step += 1
+        assert step < 100, "the session never ran dry"  # fail, do not hang (the limit is 8 tokens)
     for name, texts in requests.items():
         want = tr.translate(texts, nbest=nbest, beam_size=3)
         if nbest is None:

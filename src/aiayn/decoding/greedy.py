@@ -46,8 +46,9 @@ def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | 
     row_limits, bans = limits, banned_tokens(src.device)
     for t in range(steps):
         scores = model.step(tokens, state)  # (N, V)
-        if no_repeat_ngram_size:
-            ban_repeated_ngrams_(scores, out[rows, :t], no_repeat_ngram_size)
+        if no_repeat_ngram_size:  # rows already ended get PAD for a history, so they keep a token to draw
+            history = out[rows, :t].masked_fill_(~alive[:, None], PAD_ID)  # (N, t)
+            ban_repeated_ngrams_(scores, history, no_repeat_ngram_size)
         tokens = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")), rows)  # (N,)
         out[rows, t] = tokens
         alive &= (tokens != EOS_ID) & (row_limits > t + 1)
