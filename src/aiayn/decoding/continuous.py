@@ -43,8 +43,8 @@ class ContinuousBeamSearch:
     after a sentence ended. A sentence that ends leaves the search at once and its rows are never
     decoded again: at the start of the next step one copy of the cache (`concat`) drops them,
     keeps the other rows in their new beam order (`live`) and adds the sentences waiting to join.
-    (Feeding the ended rows EOS until the next join, as this search once did, decoded a fifth of
-    its rows for nothing at 32 sentences in flight.)
+    (This search once fed the ended rows EOS until the next join, every `join_every` steps, and
+    decoded them for nothing meanwhile.)
     """
 
     def __init__(self, decoder, config: DecodeConfig, device: torch.device | str = "cpu", join_every: int = 4):
