@@ -2,6 +2,7 @@
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -67,8 +68,8 @@ def test_every_search_on_a_real_model(device):
     sampling = SamplingConfig(temperature=0.5, seed=0)
     searches = {
         "greedy": lambda n: greedy_search(model, src, 0.0, 12, no_repeat_ngram_size=n),
-        "beam": lambda n: [h.tokens for hyps in beam_search(model, src, DecodeConfig(
-            **{**cfg.__dict__, "no_repeat_ngram_size": n})) for h in hyps],
+        "beam": lambda n: [h.tokens for hyps in beam_search(model, src, replace(cfg, no_repeat_ngram_size=n))
+                           for h in hyps],
         "sample": lambda n: sample(model, src, sampling, max_len_a=0.0, max_len_b=12, no_repeat_ngram_size=n),
     }
     for name, search in searches.items():
