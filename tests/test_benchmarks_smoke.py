@@ -118,3 +118,30 @@ def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
     assert busy - 2 <= row["error_kinds"]["non-2xx"] <= busy and row["error_kinds"]["non-2xx"] > 0
     assert len(seen) - 2 <= row["ok"] + row["errors"] <= len(seen) and row["error_kinds"]["socket"] == 0
     assert row["sent_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_path):
+    """Its first row is the run's test_scores.json figure for figure; another setting decodes
+    differently; the run directory is left as it was."""
+    from aiayn.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = [" ".join("abcdef"[(i * 7 + j) % 6] for j in range(1 + i % 5)) for i in range(60)]
+    for split in ("train", "val", "test"):
+        for lang in ("x", "y"):
+            (data / f"{split}.{lang}").write_text("".join(line + "\n" for line in lines))
+    recipe = tmp_path / "tiny.toml"
+    recipe.write_text(f'[model]\npreset = "tiny"\n[data]\ncorpus = "{data}"\nsrc_lang = "x"\ntgt_lang = "y"\n'
+                      'vocab_type = "symbols"\nmax_tokens = 200\ntest_split = "test"\n'
+                      "[train]\nmax_updates = 2\nbleu = false\nprogress = false\n")
+    run_dir = tmp_path / "run"
+    assert main(["train", str(recipe), "--run-dir", str(run_dir)]) == 0
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    out = _last_json_line("decode_settings.py", str(run_dir), "--try", "decode.max_len_a=0 decode.max_len_b=1",
+                          "--threads", "1", "--json")
+    own, short = out["rows"]
+    report = json.loads((run_dir / "test_scores.json").read_text())
+    assert own["bleu"] == report["bleu"] and own["n"] == report["n_sentences"] == 60
+    assert short["words"] <= 1 < own["words"]  # one token at most: the setting reached the search
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
