@@ -15,8 +15,9 @@ this module, so a figure means the same wherever it is printed.
     babi_errors(hyps, refs, tasks)  per-task error rate (%) and the count of failed tasks
                               (error above 5%), as the bAbI literature reports them
 
-For BLEU and chrF `refs` is one reference per hypothesis; for ROUGE, exact match and F1 each
-reference may also be a list of references. Each returns a `Score`: the value, its signature
+Each example's reference may be a string or a list of references. ROUGE, exact match and F1
+take the maximum over an example's references; BLEU and chrF use them as sacreBLEU's reference
+streams, so every example needs the same number. Each returns a `Score`: the value, its signature
 (sacreBLEU's, e.g. `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.x`, or ours, which
 says what was computed) and a detail line.
 """
@@ -58,28 +59,36 @@ def _check(hyps: Sequence[str], refs: Sequence[str]) -> None:
         raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
 
 
-def bleu(hyps: Sequence[str], refs: Sequence[str], tokenize: str | None = None) -> Score:
-    """Corpus BLEU of detokenized `hyps` against one reference each (sacreBLEU)."""
+def bleu(hyps: Sequence[str], refs: References, tokenize: str | None = None) -> Score:
+    """Corpus BLEU of detokenized `hyps` against their reference(s) (sacreBLEU)."""
     from sacrebleu.metrics import BLEU
 
-    _check(hyps, refs)
     metric = BLEU(tokenize=tokenize) if tokenize else BLEU()
-    result = metric.corpus_score(list(hyps), [list(refs)])
+    result = metric.corpus_score(list(hyps), _streams(hyps, refs))
     return Score("bleu", result.score, str(metric.get_signature()), str(result))
 
 
-def chrf(hyps: Sequence[str], refs: Sequence[str]) -> Score:
-    """Corpus chrF2 of `hyps` against one reference each (sacreBLEU)."""
+def chrf(hyps: Sequence[str], refs: References) -> Score:
+    """Corpus chrF2 of `hyps` against their reference(s) (sacreBLEU)."""
     from sacrebleu.metrics import CHRF
 
-    _check(hyps, refs)
     metric = CHRF()
-    result = metric.corpus_score(list(hyps), [list(refs)])
+    result = metric.corpus_score(list(hyps), _streams(hyps, refs))
     return Score("chrf", result.score, str(metric.get_signature()), str(result))
 
 
 def _ref_lists(refs: References) -> list[list[str]]:
     return [[r] if isinstance(r, str) else list(r) for r in refs]
+
+
+def _streams(hyps: Sequence[str], refs: References) -> list[list[str]]:
+    """sacreBLEU's reference streams (stream j holds every example's j-th reference)."""
+    _check(hyps, refs)
+    lists = _ref_lists(refs)
+    counts = sorted({len(r) for r in lists})
+    if len(counts) > 1 or counts == [0]:
+        raise ValueError(f"BLEU and chrF need the same number of references for every example, got {counts}")
+    return [list(stream) for stream in zip(*lists)] if lists else [[]]
 
 
 def _mean_of_max(hyps: Sequence[str], refs: References, score) -> float:
@@ -175,7 +184,22 @@ METRICS = MappingProxyType({"bleu": bleu, "chrf": chrf, "rouge": rouge, "exact_m
                             "f1": token_f1})
 
 
-def translation_scores(hyps: Sequence[str], refs: Sequence[str], tokenize: str | None = None) -> dict:
+def translation_scores(hyps: Sequence[str], refs: References, tokenize: str | None = None) -> dict:
     """BLEU and chrF with their signatures, as `aiayn evaluate` prints them."""
-    out = {**bleu(hyps, refs, tokenize).to_dict(), **chrf(hyps, refs).to_dict(), "n_sentences": len(hyps)}
+    return {**bleu(hyps, refs, tokenize).to_dict(), **chrf(hyps, refs).to_dict(), "n_sentences": len(hyps)}
+
+
+def summary_scores(hyps: Sequence[str], refs: References) -> dict:
+    """ROUGE-1/2/L F1 with their signatures, as `aiayn evaluate --metric rouge` prints them."""
+    out = {"n_sentences": len(hyps)}
+    for score in rouge(hyps, refs).values():
+        out.update(score.to_dict())
     return out
+
+
+def qa_scores(hyps: Sequence[str], refs: References) -> dict:
+    """SQuAD v1.1 exact match and F1 with their signature, as `aiayn evaluate --metric squad` prints them."""
+    return {**exact_match(hyps, refs).to_dict(), **token_f1(hyps, refs).to_dict(), "n_sentences": len(hyps)}
+
+
+SCORERS = MappingProxyType({"bleu": translation_scores, "rouge": summary_scores, "squad": qa_scores})

@@ -182,3 +182,37 @@ def test_evaluate_checks_line_counts_before_translating(model_dir, tmp_path, mon
     monkeypatch.setattr(translate, "load_translator", lambda args: pytest.fail("translated before checking"))
     assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref)]) == 2
     assert capsys.readouterr().err == f"aiayn evaluate: error: {src} has 3 lines but {ref} has 2\n"
+
+
+def test_evaluate_several_references_and_each_metric(tmp_path, capsys):
+    """Every metric against the libraries called directly: sacreBLEU with two reference streams,
+    rouge-score's best reference per line, and SQuAD EM/F1 worked by hand."""
+    import sacrebleu
+    from rouge_score import rouge_scorer
+
+    hyp, ref1, ref2 = tmp_path / "hyp", tmp_path / "ref1", tmp_path / "ref2"
+    hyps, first, second = ["the cat sat on a red mat", "Dogs bark!"], ["the cat sat on the mat", "a dog barked"], \
+        ["a cat was sitting on the mat", "dogs bark"]
+    for path, lines in ((hyp, hyps), (ref1, first), (ref2, second)):
+        path.write_text("".join(line + "\n" for line in lines))
+    refs = ["--ref", str(ref1), "--ref", str(ref2)]
+
+    def scored(*flags):
+        assert main(["evaluate", "--hyp", str(hyp), *refs, "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    bleu = scored()
+    assert bleu["metric"] == "bleu" and bleu["n_references"] == 2 and "nrefs:2" in bleu["bleu_signature"]
+    assert bleu["bleu"] == round(sacrebleu.corpus_bleu(hyps, [first, second]).score, 2)
+    scorer = rouge_scorer.RougeScorer(["rouge2"], use_stemmer=True)
+    best = [max(scorer.score(r, h)["rouge2"].fmeasure for r in rs) for h, rs in zip(hyps, zip(first, second))]
+    assert scored("--metric", "rouge")["rouge2"] == round(100 * sum(best) / 2, 2)
+    # normalised: line 1 "cat sat on red mat" against "cat sat on mat" (P 4/5, R 4/4: F1 8/9) and "cat was sitting
+    # on mat" (P = R = 3/5); line 2 "dogs bark" equals the second reference
+    squad = scored("--metric", "squad")
+    assert squad["exact_match"] == 50.0 and squad["f1"] == round(100 * (8 / 9 + 1) / 2, 2)
+    assert main(["evaluate", "--hyp", str(hyp), *refs, "--metric", "rouge", "--tokenize", "intl"]) == 2
+    assert "--tokenize" in capsys.readouterr().err
+    ref2.write_text("only one line\n")
+    assert main(["evaluate", "--hyp", str(hyp), *refs]) == 2
+    assert f"{ref2} has 1 lines but {ref1} has 2" in capsys.readouterr().err

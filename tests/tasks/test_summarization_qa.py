@@ -202,3 +202,23 @@ def test_answer_and_summarize_commands(tmp_path, capsys):
     assert "q.jsonl:2: missing field(s) question" in capsys.readouterr().err
     assert main(["summarize", "--model", qa_dir, *fast]) == 2
     assert "not a summarization model" in capsys.readouterr().err
+
+
+def test_evaluate_a_summarization_model_scores_rouge_on_its_summaries(tmp_path, capsys):
+    from aiayn import metrics
+
+    sum_dir = model_dir(tmp_path / "sum", summarization_task(tmp_path))
+    src, ref, saved = tmp_path / "src.txt", tmp_path / "ref.txt", tmp_path / "hyp.txt"
+    src.write_text("".join(c + "\n" for c in CONTEXTS))
+    ref.write_text("Where Mary went\nSandra kitchen\nWhere\n")  # this random model says "Where" a lot
+    fast = ["--method", "greedy", "--max-len-b", "3"]
+    assert main(["evaluate", "--model", sum_dir, "--src", str(src), "--ref", str(ref), "--save-hyp", str(saved),
+                 "--json", *fast]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    summaries = Summarizer.from_pretrained(sum_dir).summarize(CONTEXTS, method="greedy", max_len_b=3)
+    assert saved.read_text().splitlines() == summaries  # decoded by the summarization pipeline
+    assert result["metric"] == "rouge"  # the model's task chose it
+    assert result["rougeL"] == round(metrics.rouge(summaries, ref.read_text().splitlines())["rougeL"].score, 2) > 0
+    qa_dir = model_dir(tmp_path / "qa", babi_task(tmp_path))
+    assert main(["evaluate", "--model", qa_dir, "--src", str(src), "--ref", str(ref)]) == 2
+    assert "aiayn answer" in capsys.readouterr().err  # pairs, not lines: it says how to score a QA model

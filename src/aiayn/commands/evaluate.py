@@ -1,19 +1,36 @@
-"""`aiayn evaluate`: sacreBLEU BLEU and chrF, with their signatures, on detokenized text."""
+"""`aiayn evaluate`: score outputs against references with a task's metric (`aiayn.metrics`).
+
+    --metric bleu    sacreBLEU BLEU and chrF, with their signatures, on detokenized text (translation)
+    --metric rouge   ROUGE-1/2/L F1, rouge-score with stemming (summarization)
+    --metric squad   exact match and token F1 with SQuAD v1.1's normalisation (question answering)
+
+`--ref` may be given more than once, one aligned file per reference (AESLC's dev set has the
+original subject and three annotators'): ROUGE and SQuAD take each example's best reference,
+BLEU and chrF read them as sacreBLEU's reference streams. The outputs are a hypothesis file
+(`--hyp`), or `--model` decodes `--src` first: a translation or summarization model, whose task
+chooses the metric unless `--metric` is given. A QA model answers (context, question) pairs:
+`aiayn answer -i questions.jsonl -o answers.jsonl` writes them, and `--hyp` scores them.
+"""
 
 from __future__ import annotations
 
-HELP = "score translations with sacreBLEU BLEU and chrF (a hypothesis file, or a model run on a source file)"
+HELP = "score outputs against references: BLEU/chrF, ROUGE or SQuAD EM/F1 (a hypothesis file, or a model run on a source file)"
+
+METRIC_OF_TASK = {"translation": "bleu", "summarization": "rouge", "qa": "squad"}
 
 
 def add_arguments(p) -> None:
     from aiayn.commands.translate import add_decode_arguments
 
-    p.add_argument("--ref", required=True, help="reference file, one sentence per line")
+    p.add_argument("--ref", required=True, action="append",
+                   help="reference file, one line per output; repeat it for more references per line")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--hyp", help="hypothesis file to score")
-    src.add_argument("--model", help="model directory: translate --src and score the result")
+    src.add_argument("--model", help="model directory: decode --src and score the result")
     p.add_argument("--src", help="source file (with --model)")
-    p.add_argument("--save-hyp", help="also write the model's translations here (with --model)")
+    p.add_argument("--save-hyp", help="also write the model's outputs here (with --model)")
+    p.add_argument("--metric", choices=sorted(METRIC_OF_TASK.values()),
+                   help="default: the model's task (bleu for translation, rouge for summarization), or bleu for --hyp")
     p.add_argument("--tokenize", help="sacreBLEU tokenizer for BLEU (default: sacreBLEU's, 13a; "
                                        "e.g. intl, char, zh, ja-mecab)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -24,28 +41,55 @@ def run(args) -> int:
     import json
 
     from aiayn.commands.translate import check_writable, read_lines
+    from aiayn.metrics import SCORERS
 
-    refs = read_lines(args.ref)
+    references = [read_lines(path) for path in args.ref]
+    for path, lines in zip(args.ref[1:], references[1:]):
+        check_aligned(path, lines, args.ref[0], references[0])
     if args.hyp:
+        metric = args.metric or "bleu"
         hyps = read_lines(args.hyp)
-        check_aligned(args.hyp, hyps, args.ref, refs)
+        check_aligned(args.hyp, hyps, args.ref[0], references[0])
     else:
         if not args.src:
-            raise ValueError("--model needs --src (the source file to translate)")
+            raise ValueError("--model needs --src (the source file to decode)")
+        task = model_task(args.model)
+        metric = args.metric or METRIC_OF_TASK[task]
         sources = read_lines(args.src)
-        check_aligned(args.src, sources, args.ref, refs)  # before spending time on translation
+        check_aligned(args.src, sources, args.ref[0], references[0])  # before spending time on decoding
         if args.save_hyp:
             check_writable(args.save_hyp)
-        hyps = _translate(args, sources)
-    from aiayn.metrics import translation_scores
-
-    result = translation_scores(hyps, refs, args.tokenize)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"{result['bleu_detail']}\n  signature: {result['bleu_signature']}")
-        print(f"chrF2 = {result['chrf']:.2f}\n  signature: {result['chrf_signature']}")
+        hyps = _decode(args, task, sources)
+    if args.tokenize and metric != "bleu":
+        raise ValueError(f"--tokenize is sacreBLEU's, for --metric bleu; this is --metric {metric}")
+    refs = [list(per_line) for per_line in zip(*references)]  # per output, its references
+    kwargs = {"tokenize": args.tokenize} if metric == "bleu" else {}
+    result = {"metric": metric, "n_references": len(references), **SCORERS[metric](hyps, refs, **kwargs)}
+    print(json.dumps(result) if args.json else report(metric, result))
     return 0
+
+
+def report(metric: str, result: dict) -> str:
+    """The scores as text, each with its signature."""
+    if metric == "bleu":
+        return (f"{result['bleu_detail']}\n  signature: {result['bleu_signature']}\n"
+                f"chrF2 = {result['chrf']:.2f}\n  signature: {result['chrf_signature']}")
+    names = ("rouge1", "rouge2", "rougeL") if metric == "rouge" else ("exact_match", "f1")
+    return "\n".join(f"{result[f'{name}_detail']}\n  signature: {result[f'{name}_signature']}" for name in names)
+
+
+def model_task(model_dir: str) -> str:
+    """The task of a model directory that `aiayn evaluate --model` can decode line by line."""
+    from aiayn.tasks.base import read_task_info
+
+    task = read_task_info(model_dir).get("task", "translation")
+    if task == "qa":
+        raise ValueError(f"{model_dir}: a qa model answers (context, question) pairs, not lines: write its answers "
+                         "with `aiayn answer -i questions.jsonl -o answers.jsonl` and score them with --hyp")
+    if task not in METRIC_OF_TASK:
+        raise ValueError(f"{model_dir}: aiayn evaluate --model decodes translation and summarization models, "
+                         f"not a {task} model")
+    return task
 
 
 def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -> None:
@@ -54,14 +98,19 @@ def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -
         raise ValueError(f"{path} has {len(lines)} lines but {ref_path} has {len(refs)}")
 
 
-def _translate(args, sources: list[str]) -> list[str]:
+def _decode(args, task: str, sources: list[str]) -> list[str]:
+    """The model's outputs for `sources`, through its task's pipeline (a summarizer flattens its texts)."""
     from aiayn.commands.translate import (format_results, load_translator, translate_kwargs,
                                           translate_with_progress, write_lines)
 
-    translator = load_translator(args)
-    hyps = [line.rstrip("\n") for line in format_results(
-        translate_with_progress(translator, sources, translate_kwargs(args)), 0, False)]
+    if task == "summarization":
+        from aiayn.tasks.summarization import Summarizer
+
+        summarizer = load_translator(args, Summarizer)
+        results = translate_with_progress(summarizer, sources, translate_kwargs(args), call=summarizer.summarize)
+    else:
+        results = translate_with_progress(load_translator(args), sources, translate_kwargs(args))
+    hyps = [line.rstrip("\n") for line in format_results(results, 0, False)]
     if args.save_hyp:
         write_lines(args.save_hyp, [h + "\n" for h in hyps])
     return hyps
-
