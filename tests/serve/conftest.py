@@ -33,12 +33,13 @@ def live_server():
     """`start(app) -> base URL`: serves `app` with uvicorn in a thread, on a socket bound before the
     thread starts (no race for a free port); every server started stops when the module ends."""
     uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
+    from aiayn.serve.app import uvicorn_config
     running = []
 
     def start(app) -> str:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        server = uvicorn.Server(uvicorn_config(app, *sock.getsockname(), log_level="warning"))  # as `aiayn serve` runs
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         running.append((server, thread, sock))

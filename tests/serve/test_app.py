@@ -1,6 +1,8 @@
 """`aiayn serve`: the LibreTranslate API in its three request styles, the native API with attention,
 every bad input as a clear 4xx, operations endpoints, and deep-translator as a real client."""
 
+import time
+
 import pytest
 import torch
 
@@ -121,3 +123,25 @@ def test_deep_translator_libretranslator_works_unchanged(model_dir, live_server)
     url = live_server(create_app(model_dir))
     translator = LibreTranslator(source="de", target="en", api_key="anything", custom_url=f"{url}/")
     assert translator.translate(SENTENCE) == expected(model_dir)
+
+
+def test_an_idle_connection_outlives_the_clients_pool_expiry(model_dir, live_server):
+    """A client's pool keeps an idle keep-alive connection for a while (httpx: 5 s) and then sends
+    its next request on it. If the server closed idle connections at the same moment (uvicorn's
+    default is also 5 s), that request would race the close and fail unseen (a ReadError in the
+    overflow runs of benchmarks/serve_load.py). Over one raw socket: a request, an idle pause
+    past httpx's expiry, and a second request still answered."""
+    import socket
+    from urllib.parse import urlsplit
+
+    httpx = pytest.importorskip("httpx")
+    expiry = httpx.Limits().keepalive_expiry
+    assert ServeLimits().keep_alive_s > expiry
+    url = urlsplit(live_server(create_app(model_dir)))
+    request = f"GET /health HTTP/1.1\r\nHost: {url.netloc}\r\n\r\n".encode()
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        for pause in (0.0, expiry + 0.5):
+            time.sleep(pause)
+            sock.sendall(request)
+            answer = sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), f"after {pause} s idle: {answer[:80]!r}"

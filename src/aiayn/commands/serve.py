@@ -30,6 +30,8 @@ def add_arguments(p) -> None:
                    help=f"waiting requests before answering 503 (default: {_B.max_queue})")
     p.add_argument("--timeout", type=float, default=_B.timeout_s, help=f"seconds per request (default: {_B.timeout_s:g})")
     p.add_argument("--max-chars", type=int, default=_L.max_chars, help=f"characters per text (default: {_L.max_chars})")
+    p.add_argument("--keep-alive", type=float, default=_L.keep_alive_s,
+                   help=f"seconds an idle connection stays open (default: {_L.keep_alive_s:g}, longer than clients' pools keep theirs)")
     p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 
@@ -42,6 +44,6 @@ def run(args) -> int:
     from aiayn.serve.app import serve
 
     batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout)
-    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key)
+    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, keep_alive_s=args.keep_alive)
     serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend)
     return 0

@@ -48,6 +48,11 @@ class ServeLimits:
     max_beam: int = 16
     max_len_b: int = 256
     api_key: str = ""  # "" = no key needed; any key sent is ignored
+    # An idle keep-alive connection stays open this long. Longer than clients keep idle connections
+    # in their pools (httpx: 5 s, uvicorn's own default), so a client never sends a request on a
+    # connection the server is closing at that moment: with both at 5 s, one request in ~15
+    # overflow runs of benchmarks/serve_load.py failed with a ReadError that the server never saw.
+    keep_alive_s: float = 75.0
 
 
 class HTTPProblem(Exception):
@@ -343,8 +348,17 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, devi
     """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting and finishes in-flight requests."""
     import uvicorn
 
-    uvicorn.run(create_app(model_dir, device, batching, limits, backend), host=host, port=port, log_level="info",
-                timeout_graceful_shutdown=30)
+    app = create_app(model_dir, device, batching, limits, backend)
+    uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
+
+
+def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(), log_level: str = "info"):
+    """How `serve` runs `app` with uvicorn: 30 s to finish in-flight requests on shutdown, and idle
+    connections kept `limits.keep_alive_s`."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30,
+                          timeout_keep_alive=limits.keep_alive_s)
 
 
 __all__ = ["BatchConfig", "ServeLimits", "create_app", "serve", "dataclasses"]
