@@ -12,7 +12,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from aiayn.plots.attention import attention_for_sentence  # noqa: E402
-from aiayn.serve.app import ServeLimits, create_app  # noqa: E402
+from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
 
 SENTENCE = "a b c d"
@@ -125,18 +125,21 @@ def test_deep_translator_libretranslator_works_unchanged(model_dir, live_server)
     assert translator.translate(SENTENCE) == expected(model_dir)
 
 
-def test_an_idle_connection_outlives_the_clients_pool_expiry(model_dir, live_server):
-    """A client's pool keeps an idle keep-alive connection for a while (httpx: 5 s) and then sends
-    its next request on it. If the server closed idle connections at the same moment (uvicorn's
-    default is also 5 s), that request would race the close and fail unseen (a ReadError in the
-    overflow runs of benchmarks/serve_load.py). Over one raw socket: a request, an idle pause
-    past httpx's expiry, and a second request still answered."""
+def test_keep_alive_outlasts_a_request_and_the_clients_pool_expiry(model_dir, live_server):
+    """uvicorn can arm its keep-alive timer after a connection's next request has arrived, and the
+    timer then cuts that request off: with its 5 s default, a request queued for 5 s was lost (a
+    ReadError in an overflow run of benchmarks/serve_load.py). So the keep-alive must outlast the
+    request timeout, which `serve` enforces, and it also outlasts the time httpx keeps an idle
+    connection (5 s) before sending on it again: over one raw socket, a request, an idle pause past
+    that, and a second request still answered."""
     import socket
     from urllib.parse import urlsplit
 
     httpx = pytest.importorskip("httpx")
     expiry = httpx.Limits().keepalive_expiry
-    assert ServeLimits().keep_alive_s > expiry
+    assert ServeLimits().keep_alive_s > max(expiry, BatchConfig().timeout_s)
+    with pytest.raises(ValueError, match="longer than the request timeout"):
+        serve(model_dir, batching=BatchConfig(timeout_s=60), limits=ServeLimits(keep_alive_s=5))
     url = urlsplit(live_server(create_app(model_dir)))
     request = f"GET /health HTTP/1.1\r\nHost: {url.netloc}\r\n\r\n".encode()
     with socket.create_connection((url.hostname, url.port), timeout=10) as sock:

@@ -48,10 +48,12 @@ class ServeLimits:
     max_beam: int = 16
     max_len_b: int = 256
     api_key: str = ""  # "" = no key needed; any key sent is ignored
-    # An idle keep-alive connection stays open this long. Longer than clients keep idle connections
-    # in their pools (httpx: 5 s, uvicorn's own default), so a client never sends a request on a
-    # connection the server is closing at that moment: with both at 5 s, one request in ~15
-    # overflow runs of benchmarks/serve_load.py failed with a ReadError that the server never saw.
+    # An idle keep-alive connection stays open this long; it must exceed the request timeout. uvicorn
+    # can arm its keep-alive timer after the next request on a connection has already arrived (its
+    # issues #1637, #2097); the timer then cuts that request off unanswered when it fires. With
+    # uvicorn's default of 5 s, a request that waited 5 s in a full queue was lost that way (a
+    # ReadError the server never logged, in 1 of 25 overflow runs of benchmarks/serve_load.py).
+    # Longer than any request lives, the stray timer is replaced when that request is answered.
     keep_alive_s: float = 75.0
 
 
@@ -348,6 +350,9 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, devi
     """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting and finishes in-flight requests."""
     import uvicorn
 
+    if limits.keep_alive_s <= batching.timeout_s:
+        raise ValueError(f"the keep-alive ({limits.keep_alive_s:g} s) must be longer than the request timeout "
+                         f"({batching.timeout_s:g} s): see ServeLimits.keep_alive_s")
     app = create_app(model_dir, device, batching, limits, backend)
     uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
 
