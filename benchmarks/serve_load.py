@@ -23,12 +23,15 @@ load generator.
 
 Two more checks, bounded in time:
     overflow     128 clients against a server whose queue holds 8: every answer must be a 200 or
-                 a 503 (with Retry-After), never a timeout, a reset or a 5xx of another kind
+                 a 503 (with Retry-After), never a timeout, a reset or a 5xx of another kind;
+                 --overflow-runs repeats it on fresh servers (a rare failure needs many runs to
+                 show), and --overflow-only runs nothing else
     soak         --soak-seconds of 32 clients cycling the sentences, after one warm-up pass over
                  them; the server's resident memory (VmRSS) is read at the start and at the end
 
     python benchmarks/serve_load.py [--model runs/multi30k-de-en/model] [--requests 256]
                                     [--ctranslate2] [--soak-seconds 120] [--client wrk] [--json]
+    python benchmarks/serve_load.py --overflow-only --overflow-runs 25 [--keep-alive 5]
 """
 
 from __future__ import annotations
@@ -300,6 +303,9 @@ def main() -> None:
     p.add_argument("--client", choices=("httpx", "wrk"), default="httpx",
                    help="the load generator of the throughput rows (wrk: Debian's package)")
     p.add_argument("--wrk-seconds", type=int, default=20, help="with --client wrk: whole seconds per row")
+    p.add_argument("--overflow-runs", type=int, default=1, help="overflow checks, each on a fresh server (default: 1)")
+    p.add_argument("--overflow-only", action="store_true", help="only the overflow checks")
+    p.add_argument("--keep-alive", type=float, help="every server's --keep-alive (default: aiayn serve's)")
     add_common_arguments(p)
     args = p.parse_args()
     if not (args.model / "config.json").is_file():
@@ -307,30 +313,31 @@ def main() -> None:
     clients = tuple(int(c) for c in args.clients.split(","))
     if args.client == "wrk" and shutil.which("wrk") is None:
         raise SystemExit("--client wrk needs wrk on the PATH (apt-get install wrk)")
-    if args.wrk_seconds < 1:
-        raise SystemExit("--wrk-seconds must be at least 1")
+    if args.wrk_seconds < 1 or args.overflow_runs < 1:
+        raise SystemExit("--wrk-seconds and --overflow-runs must be at least 1")
     wrk_seconds = args.wrk_seconds if args.client == "wrk" else 0
     sentences = read_sentences(args.requests)
     set_threads(args.threads)  # this process's, for the in-process row; the servers use torch's default
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
-        batching = ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms))
-        with server(args.model, *batching, log=logs / "batched.log") as (url, _):
-            rows += sweep("batched", url, sentences, clients, wrk_seconds)
-        with server(args.model, "--max-batch", "1", log=logs / "unbatched.log") as (url, _):
-            rows += sweep("unbatched", url, sentences, clients, wrk_seconds)
-        if args.ctranslate2:
-            from aiayn.export import export_ctranslate2
+        keep_alive = () if args.keep_alive is None else ("--keep-alive", str(args.keep_alive))
+        batching = ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *keep_alive)
+        if not args.overflow_only:
+            with server(args.model, *batching, log=logs / "batched.log") as (url, _):
+                rows += sweep("batched", url, sentences, clients, wrk_seconds)
+            with server(args.model, "--max-batch", "1", *keep_alive, log=logs / "unbatched.log") as (url, _):
+                rows += sweep("unbatched", url, sentences, clients, wrk_seconds)
+            if args.ctranslate2:
+                from aiayn.export import export_ctranslate2
 
-            exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
-            with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
-                rows += sweep("ctranslate2", url, sentences, clients, wrk_seconds)
-        rows += in_process(args.model, sentences, flight=args.max_batch)
-        with server(args.model, *batching, "--max-queue", "8", log=logs / "overflow.log") as (url, _):
-            overflow = load(url, sentences, 128)
+                exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
+                with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
+                    rows += sweep("ctranslate2", url, sentences, clients, wrk_seconds)
+            rows += in_process(args.model, sentences, flight=args.max_batch)
+        overflow = overflow_checks(args.model, batching, sentences, args.overflow_runs, logs)
         soak = None
-        if args.soak_seconds > 0:
+        if args.soak_seconds > 0 and not args.overflow_only:
             with server(args.model, *batching, log=logs / "soak.log") as (url, pid):
                 load(url, sentences, 32)  # one full pass first: every batch shape and allocator pool warmed up
                 before = rss_mib(pid)
@@ -339,17 +346,51 @@ def main() -> None:
     report(rows, overflow, soak, args)
 
 
+def overflow_checks(model: Path, batching: tuple, sentences: list[str], runs: int, logs: Path) -> dict:
+    """128 clients against a queue of 8, `runs` times on fresh servers: the answers and error kinds
+    summed over the runs, and the runs that had an error other than a 503."""
+    total, bad_runs = collections.Counter(), 0
+    for i in range(runs):
+        with server(model, *batching, "--max-queue", "8", log=logs / f"overflow{i}.log") as (url, _):
+            one = load(url, sentences, 128)
+        total["ok"] += one["ok"]
+        total.update({f"error:{kind}": n for kind, n in one["error_kinds"].items()})
+        bad_runs += any(kind != "503" for kind in one["error_kinds"])
+        if runs > 1:
+            print(f"  overflow run {i + 1}/{runs}: {one['ok']} answered, {one['error_kinds']}", file=sys.stderr, flush=True)
+    kinds = {key.removeprefix("error:"): n for key, n in total.items() if key.startswith("error:")}
+    return {"runs": runs, "ok": total["ok"], "error_kinds": kinds, "runs_with_other_errors": bad_runs}
+
+
 def rate(rows: list[dict], server_name: str, clients) -> float:
     return next((r["sent_per_s"] for r in rows if r["server"] == server_name and r["clients"] == clients), float("nan"))
 
 
 def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
-    per_row = f"wrk for {args.wrk_seconds} s, cycling them" if args.client == "wrk" else "httpx clients, each once"
-    print(f"model {args.model}, {args.requests} Multi30k validation sentences, one per request; "
-          f"server rows: {per_row}")
-    print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
-                              ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
-                              ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))
+    ratios = {}
+    if rows:
+        per_row = f"wrk for {args.wrk_seconds} s, cycling them" if args.client == "wrk" else "httpx clients, each once"
+        print(f"model {args.model}, {args.requests} Multi30k validation sentences, one per request; "
+              f"server rows: {per_row}")
+        print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
+                                  ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
+                                  ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))
+        ratios = ratios_of(rows, args)
+        print()
+        for name, value in ratios.items():
+            print(f"{name.replace('_', ' ')}: {value:.2f}x")
+    keep_alive = "" if args.keep_alive is None else f", --keep-alive {args.keep_alive:g}"
+    print(f"\noverflow (128 clients, queue of 8{keep_alive}), {overflow['runs']} run(s): {overflow['ok']} answered, "
+          f"error kinds {overflow['error_kinds']} (only 503 is acceptable); runs with another error: "
+          f"{overflow['runs_with_other_errors']}")
+    if soak:
+        print(f"soak ({args.soak_seconds:.0f} s, 32 clients): {soak['ok']} answered, {soak['errors']} errors, "
+              f"RSS {soak['rss_start_mib']:.0f} MiB at the start, {soak['rss_end_mib']:.0f} MiB at the end")
+    if args.json:
+        emit_json({"rows": rows, "ratios": ratios, "overflow": overflow, "soak": soak})
+
+
+def ratios_of(rows: list[dict], args) -> dict:
     inproc = rate(rows, "in-process", "-")
     ratios = {"batched_vs_unbatched_at_32": rate(rows, "batched", 32) / rate(rows, "unbatched", 32),
               "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc,
@@ -357,16 +398,7 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
               / inproc}
     if args.ctranslate2:
         ratios["ctranslate2_vs_batched_at_32"] = rate(rows, "ctranslate2", 32) / rate(rows, "batched", 32)
-    print()
-    for name, value in ratios.items():
-        print(f"{name.replace('_', ' ')}: {value:.2f}x")
-    print(f"\noverflow (128 clients, queue of 8): {overflow['ok']} answered, error kinds {overflow['error_kinds']} "
-          "(only 503 is acceptable)")
-    if soak:
-        print(f"soak ({args.soak_seconds:.0f} s, 32 clients): {soak['ok']} answered, {soak['errors']} errors, "
-              f"RSS {soak['rss_start_mib']:.0f} MiB at the start, {soak['rss_end_mib']:.0f} MiB at the end")
-    if args.json:
-        emit_json({"rows": rows, "ratios": ratios, "overflow": overflow, "soak": soak})
+    return ratios
 
 
 if __name__ == "__main__":

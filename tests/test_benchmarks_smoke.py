@@ -81,6 +81,28 @@ def test_serve_load_reads_batching_from_metrics_and_percentiles_from_latencies()
     assert round(row["p50_ms"], 1) == 50.5 and round(row["p99_ms"], 2) == 99.01
 
 
+def test_serve_load_overflow_runs_sum_the_answers_and_count_the_runs_with_other_errors(monkeypatch, tmp_path):
+    import contextlib
+
+    sys.path.insert(0, str(BENCHMARKS))
+    import serve_load
+
+    outcomes = iter([{"ok": 140, "error_kinds": {"503": 116}}, {"ok": 139, "error_kinds": {"503": 116, "ReadError": 1}},
+                     {"ok": 141, "error_kinds": {"503": 115}}])
+    servers = []
+
+    @contextlib.contextmanager
+    def fake_server(model, *options, log):
+        servers.append(options)  # a fresh server for each run, with the queue of 8
+        yield "http://stub", 0
+
+    monkeypatch.setattr(serve_load, "server", fake_server)
+    monkeypatch.setattr(serve_load, "load", lambda url, sentences, clients: next(outcomes))
+    total = serve_load.overflow_checks(Path("model"), ("--keep-alive", "5"), ["s"], 3, tmp_path)
+    assert total == {"runs": 3, "ok": 420, "error_kinds": {"503": 347, "ReadError": 1}, "runs_with_other_errors": 1}
+    assert servers == [("--keep-alive", "5", "--max-queue", "8")] * 3
+
+
 def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
     """wrk (Debian's package) with our Lua script against a stub server that answers 200, or 503
     for one sentence: every sentence is sent as a /v1/translate JSON body, and the summary line is read."""

@@ -31,7 +31,7 @@ def add_arguments(p) -> None:
     p.add_argument("--timeout", type=float, default=_B.timeout_s, help=f"seconds per request (default: {_B.timeout_s:g})")
     p.add_argument("--max-chars", type=int, default=_L.max_chars, help=f"characters per text (default: {_L.max_chars})")
     p.add_argument("--keep-alive", type=float, default=_L.keep_alive_s,
-                   help=f"seconds an idle connection stays open; longer than --timeout (default: {_L.keep_alive_s:g})")
+                   help=f"seconds an idle connection stays open; keep it longer than --timeout (default: {_L.keep_alive_s:g})")
     p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 

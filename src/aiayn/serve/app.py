@@ -351,8 +351,8 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, devi
     import uvicorn
 
     if limits.keep_alive_s <= batching.timeout_s:
-        raise ValueError(f"the keep-alive ({limits.keep_alive_s:g} s) must be longer than the request timeout "
-                         f"({batching.timeout_s:g} s): see ServeLimits.keep_alive_s")
+        log.warning("the keep-alive (%g s) is not longer than the request timeout (%g s): uvicorn may cut off a "
+                    "waiting request when it ends (see ServeLimits.keep_alive_s)", limits.keep_alive_s, batching.timeout_s)
     app = create_app(model_dir, device, batching, limits, backend)
     uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
 
