@@ -91,3 +91,16 @@ def test_save_attention_plot(model_dir, tmp_path):
                                    max_len_b=4)
     assert path == tmp_path / "sub" / "att.png"
     assert_picture(path, (500, 400))
+
+
+def test_with_end_adds_the_eos_only_when_the_model_stopped_before_its_length_limit():
+    """The served attention map covers the EOS that ended an output, but an output cut off by the
+    length limit (|src| * a + b tokens) never produced one."""
+    from aiayn.config import EOS_ID, TransformerConfig
+    from aiayn.models import Transformer
+    from aiayn.plots.attention import with_end
+
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=12)).eval()
+    src = torch.tensor([[5, 6, 7, EOS_ID]])  # 4 tokens: the limit is 0.5 * 4 + 1 = 3
+    assert with_end(model, src, [5, 6], max_len_a=0.5, max_len_b=1) == [5, 6, EOS_ID]
+    assert with_end(model, src, [5, 6, 7], max_len_a=0.5, max_len_b=1) == [5, 6, 7]
