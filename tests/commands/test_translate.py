@@ -216,3 +216,20 @@ def test_evaluate_several_references_and_each_metric(tmp_path, capsys):
     ref2.write_text("only one line\n")
     assert main(["evaluate", "--hyp", str(hyp), *refs]) == 2
     assert f"{ref2} has 1 lines but {ref1} has 2" in capsys.readouterr().err
+
+
+def test_evaluate_reads_gzipped_files_and_names_a_broken_one(tmp_path, capsys):
+    import gzip
+
+    hyp, ref, packed = tmp_path / "hyp", tmp_path / "ref", tmp_path / "ref.gz"
+    hyp.write_text("the cat sat\r\non the mat\n")
+    ref.write_text("the cat sat\r\non a mat\n")
+    packed.write_bytes(gzip.compress(ref.read_bytes()))
+    scores = []
+    for path in (ref, packed):
+        assert main(["evaluate", "--hyp", str(hyp), "--ref", str(path), "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1])["chrf"])
+    assert scores[0] == scores[1] > 0  # the same lines, not the compressed bytes read as text
+    packed.write_bytes(b"not gzip at all")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(packed)]) == 2
+    assert f"{packed}: cannot decompress" in capsys.readouterr().err
