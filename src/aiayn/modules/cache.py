@@ -205,8 +205,8 @@ def _groups(parts: list[tuple[KVCache, Tensor | None]]) -> tuple[int, list[tuple
     the beam size after `arange(B).repeat_interleave(beam)`)."""
     chosen = []
     for c, rows in parts:
-        every = torch.arange(c.batch_size, device=c.src_mask.device)
-        chosen.append((c, (every if rows is None else rows) // c.group))  # (K',) the source of each row
+        rows = torch.arange(c.batch_size, device=c.src_mask.device) if rows is None else rows
+        chosen.append((c, rows // c.group))  # (K',) the source of each row
     runs = [torch.unique_consecutive(src, return_counts=True)[1].tolist() for _, src in chosen]
     g = math.gcd(*(n for counts in runs for n in counts)) or 1
     sources = []
