@@ -30,6 +30,18 @@ def test_mismatched_lengths_are_an_error():
         metrics.bleu(HYPS[:2], REFS)
 
 
+def test_bleu_streams_need_the_same_number_of_references_and_something_to_score():
+    """Several references per example are sacreBLEU's reference streams, so the counts must agree."""
+    two = [[r, h] for r, h in zip(REFS, HYPS)]
+    assert metrics.bleu(HYPS, two).score == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS, HYPS]).score)
+    with pytest.raises(ValueError, match="example 0 has 2, example 2 has 1"):
+        metrics.chrf(HYPS, two[:2] + [REFS[2]])
+    with pytest.raises(ValueError, match="example 0 has none"):
+        metrics.bleu(HYPS[:1], [[]])
+    with pytest.raises(ValueError, match="at least one hypothesis"):
+        metrics.bleu([], [])  # sacreBLEU itself fails with an IndexError
+
+
 def test_squad_normalisation_hand_worked():
     assert metrics.squad_normalize("The  Cat, sat!") == "cat sat"
     assert metrics.squad_normalize("An apple a day") == "apple day"

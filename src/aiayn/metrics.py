@@ -85,10 +85,15 @@ def _streams(hyps: Sequence[str], refs: References) -> list[list[str]]:
     """sacreBLEU's reference streams (stream j holds every example's j-th reference)."""
     _check(hyps, refs)
     lists = _ref_lists(refs)
-    counts = sorted({len(r) for r in lists})
-    if len(counts) > 1 or counts == [0]:
-        raise ValueError(f"BLEU and chrF need the same number of references for every example, got {counts}")
-    return [list(stream) for stream in zip(*lists)] if lists else [[]]
+    if not lists:
+        raise ValueError("BLEU and chrF need at least one hypothesis to score")
+    if not lists[0]:
+        raise ValueError("every example needs at least one reference; example 0 has none")
+    odd = next((i for i, r in enumerate(lists) if len(r) != len(lists[0])), None)
+    if odd is not None:
+        raise ValueError(f"BLEU and chrF need the same number of references for every example: "
+                         f"example 0 has {len(lists[0])}, example {odd} has {len(lists[odd])}")
+    return [list(stream) for stream in zip(*lists)]
 
 
 def _mean_of_max(hyps: Sequence[str], refs: References, score) -> float:

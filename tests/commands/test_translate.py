@@ -184,6 +184,27 @@ def test_evaluate_checks_line_counts_before_translating(model_dir, tmp_path, mon
     assert capsys.readouterr().err == f"aiayn evaluate: error: {src} has 3 lines but {ref} has 2\n"
 
 
+def test_evaluate_rejects_tokenize_for_another_metric_before_decoding(model_dir, tmp_path, monkeypatch, capsys):
+    import aiayn.commands.translate as translate
+
+    src, ref, saved = tmp_path / "src", tmp_path / "ref", tmp_path / "hyp"
+    src.write_text("a b\nc d\n")
+    ref.write_text("a b\nc d\n")
+    monkeypatch.setattr(translate, "load_translator", lambda *args: pytest.fail("decoded before checking"))
+    assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref), "--metric", "rouge",
+                 "--tokenize", "intl", "--save-hyp", str(saved)]) == 2
+    assert "--tokenize is sacreBLEU's" in capsys.readouterr().err and not saved.exists()
+
+
+@pytest.mark.parametrize("metric", ["bleu", "rouge", "squad"])
+def test_evaluate_rejects_empty_files_for_every_metric(tmp_path, capsys, metric):
+    """Nothing to score is an error naming the file, not a traceback (BLEU) or a score of 0 (the others)."""
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    assert main(["evaluate", "--hyp", str(empty), "--ref", str(empty), "--metric", metric]) == 2
+    assert capsys.readouterr().err == f"aiayn evaluate: error: {empty}: no lines to score\n"
+
+
 def test_evaluate_several_references_and_each_metric(tmp_path, capsys):
     """Every metric against the libraries called directly: sacreBLEU with two reference streams,
     rouge-score's best reference per line, and SQuAD EM/F1 worked by hand."""

@@ -150,3 +150,9 @@ def test_keep_alive_outlasts_a_request_and_the_clients_pool_expiry(model_dir, li
         patch.setattr("uvicorn.Server.run", lambda server: None)  # serve builds the app and its config, no more
         serve(model_dir, batching=BatchConfig(timeout_s=60), limits=ServeLimits(keep_alive_s=5))
     assert "not longer than the request timeout" in caplog.text
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan"), float("inf")])
+def test_keep_alive_must_be_a_positive_number_of_seconds(seconds):
+    with pytest.raises(ValueError, match="keep-alive must be a positive number of seconds"):
+        ServeLimits(keep_alive_s=seconds)

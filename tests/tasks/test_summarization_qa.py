@@ -221,4 +221,5 @@ def test_evaluate_a_summarization_model_scores_rouge_on_its_summaries(tmp_path, 
     assert result["rougeL"] == round(metrics.rouge(summaries, ref.read_text().splitlines())["rougeL"].score, 2) > 0
     qa_dir = model_dir(tmp_path / "qa", babi_task(tmp_path))
     assert main(["evaluate", "--model", qa_dir, "--src", str(src), "--ref", str(ref)]) == 2
-    assert "aiayn answer" in capsys.readouterr().err  # pairs, not lines: it says how to score a QA model
+    err = capsys.readouterr().err  # pairs, not lines: it says how to score a QA model
+    assert "aiayn answer" in err and '"prediction"' in err  # its JSON lines are not a --hyp file as they are

@@ -9,7 +9,9 @@ original subject and three annotators'): ROUGE and SQuAD take each example's bes
 BLEU and chrF read them as sacreBLEU's reference streams. The outputs are a hypothesis file
 (`--hyp`), or `--model` decodes `--src` first: a translation or summarization model, whose task
 chooses the metric unless `--metric` is given. A QA model answers (context, question) pairs:
-`aiayn answer -i questions.jsonl -o answers.jsonl` writes them, and `--hyp` scores them.
+`aiayn answer -i questions.jsonl -o answers.jsonl` writes them as JSON lines with a "prediction"
+field; `--hyp` scores one prediction per line (e.g. `jq -r .prediction answers.jsonl`), not those
+JSON lines themselves, whose context and question words would count as answer tokens.
 """
 
 from __future__ import annotations
@@ -44,10 +46,13 @@ def run(args) -> int:
     from aiayn.metrics import SCORERS
 
     references = [read_lines(path) for path in args.ref]
+    if not references[0]:
+        raise ValueError(f"{args.ref[0]}: no lines to score")
     for path, lines in zip(args.ref[1:], references[1:]):
         check_aligned(path, lines, args.ref[0], references[0])
     if args.hyp:
         metric = args.metric or "bleu"
+        check_tokenize(args.tokenize, metric)
         hyps = read_lines(args.hyp)
         check_aligned(args.hyp, hyps, args.ref[0], references[0])
     else:
@@ -55,13 +60,12 @@ def run(args) -> int:
             raise ValueError("--model needs --src (the source file to decode)")
         task = model_task(args.model)
         metric = args.metric or METRIC_OF_TASK[task]
+        check_tokenize(args.tokenize, metric)  # this and the rest before spending time on decoding
         sources = read_lines(args.src)
-        check_aligned(args.src, sources, args.ref[0], references[0])  # before spending time on decoding
+        check_aligned(args.src, sources, args.ref[0], references[0])
         if args.save_hyp:
             check_writable(args.save_hyp)
         hyps = _decode(args, task, sources)
-    if args.tokenize and metric != "bleu":
-        raise ValueError(f"--tokenize is sacreBLEU's, for --metric bleu; this is --metric {metric}")
     refs = [list(per_line) for per_line in zip(*references)]  # per output, its references
     kwargs = {"tokenize": args.tokenize} if metric == "bleu" else {}
     result = {"metric": metric, "n_references": len(references), **SCORERS[metric](hyps, refs, **kwargs)}
@@ -85,11 +89,18 @@ def model_task(model_dir: str) -> str:
     task = read_task_info(model_dir).get("task", "translation")
     if task == "qa":
         raise ValueError(f"{model_dir}: a qa model answers (context, question) pairs, not lines: write its answers "
-                         "with `aiayn answer -i questions.jsonl -o answers.jsonl` and score them with --hyp")
+                         "with `aiayn answer -i questions.jsonl -o answers.jsonl`, put each line's \"prediction\" "
+                         "on a line of its own (e.g. `jq -r .prediction answers.jsonl > answers.txt`) and score that "
+                         "file with --hyp")
     if task not in METRIC_OF_TASK:
         raise ValueError(f"{model_dir}: aiayn evaluate --model decodes translation and summarization models, "
                          f"not a {task} model")
     return task
+
+
+def check_tokenize(tokenize: str | None, metric: str) -> None:
+    if tokenize and metric != "bleu":
+        raise ValueError(f"--tokenize is sacreBLEU's, for --metric bleu; this is --metric {metric}")
 
 
 def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -> None:

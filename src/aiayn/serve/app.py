@@ -56,6 +56,10 @@ class ServeLimits:
     # Longer than any request lives, the stray timer is replaced when that request is answered.
     keep_alive_s: float = 75.0
 
+    def __post_init__(self) -> None:
+        if not 0 < self.keep_alive_s < float("inf"):  # NaN fails too
+            raise ValueError(f"the keep-alive must be a positive number of seconds, got {self.keep_alive_s}")
+
 
 class HTTPProblem(Exception):
     def __init__(self, status: int, message: str, headers: Optional[dict] = None):
