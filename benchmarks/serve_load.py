@@ -368,10 +368,10 @@ def rate(rows: list[dict], server_name: str, clients) -> float:
 
 def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
     ratios = {}
+    per_row = f"wrk for {args.wrk_seconds} s, cycling them" if args.client == "wrk" else "httpx clients, each once"
+    print(f"model {args.model}, {args.requests} Multi30k validation sentences, one per request"
+          + ("" if args.overflow_only else f"; server rows: {per_row}"))
     if rows:
-        per_row = f"wrk for {args.wrk_seconds} s, cycling them" if args.client == "wrk" else "httpx clients, each once"
-        print(f"model {args.model}, {args.requests} Multi30k validation sentences, one per request; "
-              f"server rows: {per_row}")
         print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
                                   ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
                                   ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))
@@ -387,7 +387,7 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
         print(f"soak ({args.soak_seconds:.0f} s, 32 clients): {soak['ok']} answered, {soak['errors']} errors, "
               f"RSS {soak['rss_start_mib']:.0f} MiB at the start, {soak['rss_end_mib']:.0f} MiB at the end")
     if args.json:
-        emit_json({"rows": rows, "ratios": ratios, "overflow": overflow, "soak": soak})
+        emit_json({"rows": rows, "ratios": ratios, "overflow": overflow, "soak": soak, "keep_alive": args.keep_alive})
 
 
 def ratios_of(rows: list[dict], args) -> dict:
