@@ -254,3 +254,13 @@ def test_evaluate_reads_gzipped_files_and_names_a_broken_one(tmp_path, capsys):
     packed.write_bytes(b"not gzip at all")
     assert main(["evaluate", "--hyp", str(hyp), "--ref", str(packed)]) == 2
     assert f"{packed}: cannot decompress" in capsys.readouterr().err
+
+
+def test_evaluate_a_hypothesis_file_refuses_decoding_flags(tmp_path, capsys):
+    """They would be ignored: --hyp scores the file as it is."""
+    ref = tmp_path / "ref"
+    ref.write_text("a b c\n")
+    assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--beam-size", "8", "--src", str(ref)]) == 2
+    err = capsys.readouterr().err
+    assert "--beam-size --src: for --model" in err and "Traceback" not in err
+    assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--device", "cpu"]) == 0  # --device has a default

@@ -53,6 +53,7 @@ def run(args) -> int:
     if args.hyp:
         metric = args.metric or "bleu"
         check_tokenize(args.tokenize, metric)
+        check_no_decoding(args)
         hyps = read_lines(args.hyp)
         check_aligned(args.hyp, hyps, args.ref[0], references[0])
     else:
@@ -96,6 +97,17 @@ def model_task(model_dir: str) -> str:
         raise ValueError(f"{model_dir}: aiayn evaluate --model decodes translation and summarization models, "
                          f"not a {task} model")
     return task
+
+
+def check_no_decoding(args) -> None:
+    """--hyp scores a file as it is: flags that only a decoding model uses are an error, not ignored."""
+    from aiayn.commands.translate import translate_kwargs
+
+    decoding = {**translate_kwargs(args), "src": args.src, "save_hyp": args.save_hyp,
+                "batch_tokens": args.batch_tokens, "max_input_tokens": args.max_input_tokens}
+    given = ["--" + name.replace("_", "-") for name, value in decoding.items() if value is not None]
+    if given:
+        raise ValueError(f"{' '.join(given)}: for --model; --hyp scores the file as it is")
 
 
 def check_tokenize(tokenize: str | None, metric: str) -> None:
