@@ -106,7 +106,7 @@ def rss_mib(pid: int) -> float:
 
 # -- clients ------------------------------------------------------------------------------------
 async def _client(http, url: str, todo: collections.deque, latencies: list, outcomes: collections.Counter,
-                  deadline: float | None) -> None:
+                  deadline: float | None, failures: list, t0: float) -> None:
     import httpx
 
     while todo and (deadline is None or time.monotonic() < deadline):
@@ -123,6 +123,8 @@ async def _client(http, url: str, todo: collections.deque, latencies: list, outc
             outcome = "timeout"
         except httpx.HTTPError as e:
             outcome = type(e).__name__
+        if not isinstance(outcome, int):  # not an HTTP status: when it was sent, and when it failed
+            failures.append((outcome, start - t0, time.perf_counter() - t0))
         outcomes[outcome] += 1
         if outcome == 200:
             latencies.append(time.perf_counter() - start)
@@ -134,13 +136,15 @@ async def _load(url: str, sentences: list[str], clients: int, seconds: float | N
     todo = collections.deque(sentences)
     latencies: list[float] = []
     outcomes: collections.Counter = collections.Counter()
+    failures: list[tuple[str, float, float]] = []
     pool = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(limits=pool, timeout=timeout) as http:
         start = time.perf_counter()
         deadline = None if seconds is None else time.monotonic() + seconds
-        await asyncio.gather(*(_client(http, url, todo, latencies, outcomes, deadline) for _ in range(clients)))
+        await asyncio.gather(*(_client(http, url, todo, latencies, outcomes, deadline, failures, start)
+                               for _ in range(clients)))
         wall = time.perf_counter() - start
-    return summarize(latencies, outcomes, wall, clients)
+    return {**summarize(latencies, outcomes, wall, clients), "failures": failures}
 
 
 def load(url: str, sentences: list[str], clients: int, seconds: float | None = None, timeout: float = 120.0) -> dict:
@@ -348,18 +352,19 @@ def main() -> None:
 
 def overflow_checks(model: Path, batching: tuple, sentences: list[str], runs: int, logs: Path) -> dict:
     """128 clients against a queue of 8, `runs` times on fresh servers: the answers and error kinds
-    summed over the runs, and the runs that had an error other than a 503."""
-    total, bad_runs = collections.Counter(), 0
+    summed over the runs, the runs that had an error other than a 503, and each failed request's
+    (error, seconds into its run when sent, when it failed)."""
+    ok, kinds, bad_runs, failures = 0, collections.Counter(), 0, []
     for i in range(runs):
         with server(model, *batching, "--max-queue", "8", log=logs / f"overflow{i}.log") as (url, _):
             one = load(url, sentences, 128)
-        total["ok"] += one["ok"]
-        total.update({f"error:{kind}": n for kind, n in one["error_kinds"].items()})
+        ok += one["ok"]
+        kinds.update(one["error_kinds"])
         bad_runs += any(kind != "503" for kind in one["error_kinds"])
+        failures += one["failures"]
         if runs > 1:
             print(f"  overflow run {i + 1}/{runs}: {one['ok']} answered, {one['error_kinds']}", file=sys.stderr, flush=True)
-    kinds = {key.removeprefix("error:"): n for key, n in total.items() if key.startswith("error:")}
-    return {"runs": runs, "ok": total["ok"], "error_kinds": kinds, "runs_with_other_errors": bad_runs}
+    return {"runs": runs, "ok": ok, "error_kinds": dict(kinds), "runs_with_other_errors": bad_runs, "failures": failures}
 
 
 def rate(rows: list[dict], server_name: str, clients) -> float:
@@ -382,7 +387,9 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
     keep_alive = "" if args.keep_alive is None else f", --keep-alive {args.keep_alive:g}"
     print(f"\noverflow (128 clients, queue of 8{keep_alive}), {overflow['runs']} run(s): {overflow['ok']} answered, "
           f"error kinds {overflow['error_kinds']} (only 503 is acceptable); runs with another error: "
-          f"{overflow['runs_with_other_errors']}")
+          f"{overflow['runs_with_other_errors']}"
+          + "".join(f"\n  {kind}: sent {sent:.2f} s into its run, failed at {failed:.2f} s"
+                    for kind, sent, failed in overflow["failures"]))
     if soak:
         print(f"soak ({args.soak_seconds:.0f} s, 32 clients): {soak['ok']} answered, {soak['errors']} errors, "
               f"RSS {soak['rss_start_mib']:.0f} MiB at the start, {soak['rss_end_mib']:.0f} MiB at the end")

@@ -87,8 +87,9 @@ def test_serve_load_overflow_runs_sum_the_answers_and_count_the_runs_with_other_
     sys.path.insert(0, str(BENCHMARKS))
     import serve_load
 
-    outcomes = iter([{"ok": 140, "error_kinds": {"503": 116}}, {"ok": 139, "error_kinds": {"503": 116, "ReadError": 1}},
-                     {"ok": 141, "error_kinds": {"503": 115}}])
+    outcomes = iter([{"ok": 140, "error_kinds": {"503": 116}, "failures": []},
+                     {"ok": 139, "error_kinds": {"503": 116, "ReadError": 1}, "failures": [("ReadError", 0.2, 5.1)]},
+                     {"ok": 141, "error_kinds": {"503": 115}, "failures": []}])
     servers = []
 
     @contextlib.contextmanager
@@ -99,7 +100,8 @@ def test_serve_load_overflow_runs_sum_the_answers_and_count_the_runs_with_other_
     monkeypatch.setattr(serve_load, "server", fake_server)
     monkeypatch.setattr(serve_load, "load", lambda url, sentences, clients: next(outcomes))
     total = serve_load.overflow_checks(Path("model"), ("--keep-alive", "5"), ["s"], 3, tmp_path)
-    assert total == {"runs": 3, "ok": 420, "error_kinds": {"503": 347, "ReadError": 1}, "runs_with_other_errors": 1}
+    assert total == {"runs": 3, "ok": 420, "error_kinds": {"503": 347, "ReadError": 1}, "runs_with_other_errors": 1,
+                     "failures": [("ReadError", 0.2, 5.1)]}
     assert servers == [("--keep-alive", "5", "--max-queue", "8")] * 3
 
 

@@ -127,10 +127,9 @@ def _decode(args, task: str, sources: list[str]) -> list[str]:
                                           translate_with_progress, write_lines)
 
     if task == "summarization":
-        from aiayn.tasks.summarization import Summarizer
+        from aiayn.commands.summarize import load_summarizer, summarize_lines
 
-        summarizer = load_translator(args, Summarizer)
-        results = translate_with_progress(summarizer, sources, translate_kwargs(args), call=summarizer.summarize)
+        results = summarize_lines(load_summarizer(args), sources, args)
     else:
         results = translate_with_progress(load_translator(args), sources, translate_kwargs(args))
     hyps = [line.rstrip("\n") for line in format_results(results, 0, False)]

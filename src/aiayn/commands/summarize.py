@@ -17,12 +17,20 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from aiayn.tasks.summarization import Summarizer
-
     if args.output is not None:
         translate.check_writable(args.output)
-    summarizer = translate.load_translator(args, Summarizer)
+    summarizer = load_summarizer(args)  # before reading stdin: another task's model fails at once
     texts = translate.read_lines(args.input) if args.input else [translate.chomp(line) for line in sys.stdin]
-    summaries = translate.translate_with_progress(summarizer, texts, translate.translate_kwargs(args), call=summarizer.summarize)
-    translate.write_lines(args.output, [translate.one_line(s) + "\n" for s in summaries])
+    translate.write_lines(args.output, [translate.one_line(s) + "\n" for s in summarize_lines(summarizer, texts, args)])
     return 0
+
+
+def load_summarizer(args):
+    from aiayn.tasks.summarization import Summarizer
+
+    return translate.load_translator(args, Summarizer)
+
+
+def summarize_lines(summarizer, texts: list[str], args) -> list[str]:
+    """`texts` summarized with the decoding flags in `args`, under a progress bar."""
+    return translate.translate_with_progress(summarizer, texts, translate.translate_kwargs(args), call=summarizer.summarize)

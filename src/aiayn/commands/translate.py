@@ -86,15 +86,12 @@ def format_results(results, first_index: int, nbest: bool) -> list[str]:
 
 def read_lines(path: str) -> list[str]:
     """The lines of a UTF-8 file (`.gz` decompressed, invalid bytes replaced), split on "\n" only; see `chomp`."""
-    import gzip
-    import zlib
+    from aiayn.data.corpus import read_text_file
 
-    opener = gzip.open if str(path).endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8", errors="replace", newline="\n") as f:
-            return [chomp(line) for line in f]
-    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
-        raise ValueError(f"{path}: cannot decompress ({e})") from None
+    lines = read_text_file(path, errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line
+    return [chomp(line) for line in lines]
 
 
 def chomp(line: str) -> str:

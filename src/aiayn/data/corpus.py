@@ -106,8 +106,9 @@ def read_lines(path: str | Path, strip: bool = True) -> list[str]:
     return [line.strip() if strip else line.rstrip("\r") for line in lines]
 
 
-def read_text_file(path: str | Path) -> str:
-    """The whole of a UTF-8 text file (`.gz` decompressed, a BOM dropped). Errors name the file and line."""
+def read_text_file(path: str | Path, errors: str = "strict") -> str:
+    """The whole of a UTF-8 text file (`.gz` decompressed, a BOM dropped). Errors name the file and line;
+    `errors="replace"` turns invalid bytes into U+FFFD instead."""
     path = Path(path)
     if not path.is_file():
         raise CorpusFileNotFound(f"{path}: file not found")
@@ -116,7 +117,7 @@ def read_text_file(path: str | Path) -> str:
     except (OSError, EOFError, zlib.error) as e:
         raise CorpusError(f"{path}: cannot decompress ({e})") from None
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8", errors)
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         raise CorpusError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
