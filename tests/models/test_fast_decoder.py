@@ -1,8 +1,11 @@
 import pytest
 import torch
+from torch import Tensor
 
 from aiayn.config import TransformerConfig
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair
 from aiayn.decoding import for_inference
+from aiayn.decoding.translator import Translator
 from aiayn.models import Transformer
 from aiayn.models.fast_decoder import FastDecoder
 from aiayn.modules.layers import DecoderLayer
@@ -39,18 +42,51 @@ def test_fast_step_equals_model_step(overrides):
             ref_state, fast_state, tgt = ref_state.reorder(rows), fast_state.reorder(rows), tgt[rows]
 
 
-def test_explicit_object_follows_the_weights_it_was_built_from():
-    """No hidden memo: a FastDecoder keeps the weights it was built with; a new one sees new weights."""
-    model, src = tiny(), sources()
-    before = model.fast_decoder()
+def update_in_place(model) -> None:
+    """A weight update as an optimizer step makes it, in place: a weight matrix, a bias, a LayerNorm
+    weight, the embedding (shared by encoder, decoder and output) and, where the model has them,
+    the learned position table and the copy attention."""
     with torch.no_grad():
-        model.decoder.layers[0].ff.linear1.weight.mul_(2.0)  # as an optimizer step would
-    after = model.fast_decoder()
-    tokens = torch.ones(3, dtype=torch.long)
-    with torch.inference_mode():
-        ref = model.step(tokens, model.start(src))
-        torch.testing.assert_close(after.step(tokens, model.start(src)), ref)
-        assert not torch.allclose(before.step(tokens, model.start(src)), ref)
+        model.decoder.layers[0].ff.linear1.weight.mul_(1.5)
+        model.decoder.layers[0].ff.linear2.bias.add_(0.5)
+        model.decoder.layers[1].ca_conn.norm.weight.mul_(1.5)
+        model.decoder.embed.weight.add_(0.1 * torch.randn_like(model.decoder.embed.weight))
+        if model.config.positional == "learned":
+            model.decoder.positions.weight.add_(0.1)
+        if model.copy is not None:
+            model.copy.query.bias.add_(0.5)
+            model.copy.gate.weight.mul_(-1.0)
+
+
+@torch.inference_mode()
+def decode_steps(decoder, src: Tensor, tgt: Tensor) -> Tensor:
+    """Logits (T, B, V) of stepping `decoder` through `tgt` (B, T) from a fresh `start(src)`."""
+    state = decoder.start(src)
+    return torch.stack([decoder.step(tgt[:, t], state) for t in range(tgt.shape[1])])
+
+
+@pytest.mark.parametrize("overrides", [{}, {"positional": "learned", "copy_attention": True}])
+def test_a_snapshot_until_refreshed(overrides):
+    """No hidden memo and no mix of old and new weights: a FastDecoder (and a Translator's) keeps
+    giving the outputs of the weights it was built with, until it is rebuilt."""
+    model, src = tiny(**overrides), sources()
+    assert model.decoder.embed is model.encoder.embed  # one matrix: source, target and output
+    tgt = torch.randint(4, V, (3, 5))
+    tokenizers = TokenizerPair.shared(SymbolTokenizer([f"s{i}" for i in range(V - 4)]))
+    fast, translator = model.fast_decoder(), Translator(model, tokenizers)
+    before = decode_steps(fast, src, tgt)
+    torch.testing.assert_close(decode_steps(model, src, tgt), before, atol=1e-5, rtol=1e-5)
+
+    update_in_place(model)
+    after = decode_steps(model, src, tgt)
+    assert not torch.allclose(after, before, atol=1e-3)
+    torch.testing.assert_close(decode_steps(fast, src, tgt), before, atol=0, rtol=0)
+    torch.testing.assert_close(decode_steps(translator.decoder, src, tgt), before, atol=0, rtol=0)
+
+    translator.refresh()
+    torch.testing.assert_close(decode_steps(translator.decoder, src, tgt), after, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(decode_steps(model.fast_decoder(), src, tgt), after, atol=1e-5, rtol=1e-5)
+    assert not any(p.requires_grad for p in translator.decoder.model.parameters())  # inference only
 
 
 class GeluLayer(DecoderLayer):

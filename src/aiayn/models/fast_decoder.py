@@ -13,13 +13,20 @@ logits against `Transformer.step` at every step.
 
 It is an explicit object, not a hidden memo: `Transformer.fast_decoder()` builds one (a
 `Translator` builds one when it is made, and `Translator.refresh()` rebuilds it after the
-weights change). It holds transposed copies of the weight matrices, so it must be rebuilt
-after the weights change. All per-call state is in the `KVCache`, so one `FastDecoder` serves concurrent
-calls. Built from a model whose decoder layers are not exactly `DecoderLayer` with the
-ReLU `PositionwiseFeedForward`, it refuses (ValueError), since it would compute other math.
+weights change). It is a snapshot: at build time it copies every tensor it will read (a
+frozen copy of the whole model, for `start`, `attention`, embeddings, positions, norms,
+biases and copy attention, plus transposed copies of the decoder's weight matrices), so a
+later weight update, in place or not, never reaches it, and it never mixes old and new
+weights: rebuilding it (`Translator.refresh()`) is the only way to see new weights. The
+copies are made once, at build time (they cost one more copy of the model's weights, plus
+the transposed matrices); a step copies nothing. All per-call state is in the `KVCache`, so
+one `FastDecoder` serves concurrent calls. Built from a model whose decoder layers are not
+exactly `DecoderLayer` with the ReLU `PositionwiseFeedForward`, it refuses (ValueError),
+since it would compute other math.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -50,41 +57,53 @@ class _Layer:
 
 
 def _t(w: Tensor) -> Tensor:
-    return w.detach().t().contiguous()  # a copy: the FastDecoder does not follow later weight updates
+    return w.t().contiguous()  # (out, D) -> (D, out), the layout `addmm` reads fastest
 
 
 def _layer(layer) -> _Layer:
+    """The step's view of one layer of the frozen snapshot: its norms and biases as they are,
+    its weight matrices transposed."""
     D = layer.self_attn.d_model
     sa, ca = layer.self_attn, layer.cross_attn
-    norm = lambda n: (n.weight.detach(), n.bias.detach())  # noqa: E731
+    norm = lambda n: (n.weight, n.bias)  # noqa: E731
     return _Layer(
-        norm(layer.sa_conn.norm), _t(sa.in_proj.weight), sa.in_proj.bias.detach(),
-        _t(sa.out_proj.weight), sa.out_proj.bias.detach(),
-        norm(layer.ca_conn.norm), _t(ca.in_proj.weight[:D]), ca.in_proj.bias[:D].detach(),
-        _t(ca.out_proj.weight), ca.out_proj.bias.detach(),
-        norm(layer.ff_conn.norm), _t(layer.ff.linear1.weight), layer.ff.linear1.bias.detach(),
-        _t(layer.ff.linear2.weight), layer.ff.linear2.bias.detach(),
+        norm(layer.sa_conn.norm), _t(sa.in_proj.weight), sa.in_proj.bias,
+        _t(sa.out_proj.weight), sa.out_proj.bias,
+        norm(layer.ca_conn.norm), _t(ca.in_proj.weight[:D]), ca.in_proj.bias[:D],
+        _t(ca.out_proj.weight), ca.out_proj.bias,
+        norm(layer.ff_conn.norm), _t(layer.ff.linear1.weight), layer.ff.linear1.bias,
+        _t(layer.ff.linear2.weight), layer.ff.linear2.bias,
     )
+
+
+def _snapshot(model):
+    """A frozen copy of `model`: copies of all its parameters and buffers, none requiring grad.
+    (`deepcopy`, not a rebuild from the config: building would draw from the global RNG.)"""
+    return copy.deepcopy(model).requires_grad_(False)
 
 
 class FastDecoder:
     """The decoding interface of `model` (a `Transformer` in eval mode) with a faster `step`:
     `step(tokens (N,), cache) -> logits (N, V)` equals `model.step(tokens, cache)`.
 
-    Its step also takes rows at different positions (`KVCache.start`, continuous batching)."""
+    Its step also takes rows at different positions (`KVCache.start`, continuous batching).
+
+    It decodes with the weights `model` had when it was built (a snapshot, see the module doc):
+    after the weights change it keeps giving the old model's outputs until it is rebuilt
+    (`model.fast_decoder()`, `Translator.refresh()`)."""
 
     ragged_steps = True
 
     def __init__(self, model):
         _check_supported(model)
         cfg = model.config
-        self.model = model
+        self.model = model = _snapshot(model)  # everything below reads the snapshot, never the live model
         self.decoder = model.decoder
         self.n_heads, self.d_model = cfg.n_heads, cfg.d_model
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
         self.layers = [_layer(layer) for layer in model.decoder.layers]
         final = model.decoder.final_norm
-        self.final_norm = None if final is None else (final.weight.detach(), final.bias.detach())
+        self.final_norm = None if final is None else (final.weight, final.bias)
         out = model.decoder.embed.weight if model.output_proj is None else model.output_proj.weight
         self.out_w = _t(out)  # (D, V)
 
