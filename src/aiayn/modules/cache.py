@@ -25,6 +25,7 @@ State, per decoder layer l (K = batch rows, beams included; n = K / group source
                             running search later (`concat`, continuous batching) start further
                             right: their positions count from there, and the columns before it
                             are masked out of their self-attention.
+    _spares:                {(name, l): buffer}: `reorder_`'s second self-attention buffers
 
 It implements `aiayn.decoding.interface.DecoderState`: `reorder` (any rows) and
 `reorder_` (in place, rows of the same source).
@@ -41,26 +42,35 @@ from aiayn.modules import masks
 
 
 class KVCache:
+    """The fields are those of the module doc, and no others (`__slots__`). The first four
+    arguments start a cache for a new source; the keyword-only ones carry a running search's
+    state (`self_only`, `concat`). `cross_masks` are `_cross_masks(src_mask)`, computed when not given."""
+
+    __slots__ = ("cross_k", "cross_v", "src_mask", "copy_k", "src_ids", "cross_mask", "has_source",
+                 "self_k", "self_v", "length", "capacity", "start", "group", "_spares")
+
     def __init__(self, cross_kv: list[tuple[Tensor, Tensor]], src_mask: Tensor, capacity: int = 64,
-                 copy_source: tuple[Tensor, Tensor] | None = None):
+                 copy_source: tuple[Tensor, Tensor] | None = None, *,
+                 self_kv: tuple[list[Tensor | None], list[Tensor | None]] | None = None, length: int = 0,
+                 start: Tensor | None = None, group: int = 1,
+                 cross_masks: tuple[Tensor | None, Tensor | None] | None = None):
         self.cross_k = [k for k, _ in cross_kv]
         self.cross_v = [v for _, v in cross_kv]
         self.src_mask = src_mask
         self.copy_k, self.src_ids = copy_source if copy_source is not None else (None, None)
-        self.cross_mask, self.has_source = _cross_masks(src_mask)
-        self.self_k: list[Tensor | None] = [None] * len(cross_kv)
-        self.self_v: list[Tensor | None] = [None] * len(cross_kv)
-        self.length = 0
+        self.cross_mask, self.has_source = _cross_masks(src_mask) if cross_masks is None else cross_masks
+        self.self_k, self.self_v = ([None] * len(cross_kv), [None] * len(cross_kv)) if self_kv is None else self_kv
+        self.length = length
         self.capacity = capacity
-        self.start: Tensor | None = None
-        self.group = 1
+        self.start = start
+        self.group = group
+        self._spares: dict[tuple[str, int], Tensor] = {}
 
     @classmethod
     def self_only(cls, n_layers: int, batch: int, device: torch.device | str, capacity: int = 64) -> "KVCache":
         """A cache for a decoder without a source (decoder-only): self-attention keys/values only."""
-        cache = cls([], torch.ones(batch, 0, dtype=torch.bool, device=device), capacity)
-        cache.self_k, cache.self_v = [None] * n_layers, [None] * n_layers
-        return cache
+        return cls([], torch.ones(batch, 0, dtype=torch.bool, device=device), capacity,
+                   self_kv=([None] * n_layers, [None] * n_layers))
 
     def append(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store this step's keys/values (K, H, t, Dh); return all so far (K, H, length + t, Dh)."""
@@ -106,7 +116,7 @@ class KVCache:
         Use `reorder` to change which sources the rows hold. Only the filled positions are
         copied, into a second buffer kept for the next call (no allocation per step).
         """
-        spares = self.__dict__.setdefault("_spares", {})  # this cache's own second buffers
+        spares = self._spares
         for layer in range(len(self.self_k)):
             for name, bufs in (("k", self.self_k), ("v", self.self_v)):
                 buf = bufs[layer]
@@ -170,27 +180,24 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
     La, Lb = a.length - first, (0 if b is None else b.length)
     length = max(La, Lb)
     parts = [(a, rows, first, length - La)] + ([] if b is None else [(b, None, 0, length - Lb)])
-    out = KVCache.__new__(KVCache)
-    out.length, out.capacity = length, length + headroom
-    out.start = torch.cat([a_start - first + (length - La)] + ([] if b is None else [_starts(b) + (length - Lb)]))
-    if a.start is None and (b is None or b.start is None) and not bool(out.start.any()):
-        out.start = None  # every row at column 0: the usual cache, no masks or per-row positions
+    capacity = length + headroom
+    start = torch.cat([a_start - first + (length - La)] + ([] if b is None else [_starts(b) + (length - Lb)]))
+    if a.start is None and (b is None or b.start is None) and not bool(start.any()):
+        start = None  # every row at column 0: the usual cache, no masks or per-row positions
     S = max(c.src_mask.shape[1] for c, *_ in parts)
-    out.group, sources = _groups([(c, r) for c, r, *_ in parts])
-    out.src_mask = _stack([(c.src_mask, r) for c, r in sources], 1, S)
-    out.cross_k = [_stack([(c.cross_k[i], r) for c, r in sources], 2, S) for i in range(len(a.cross_k))]
-    out.cross_v = [_stack([(c.cross_v[i], r) for c, r in sources], 2, S) for i in range(len(a.cross_v))]
-    copies = a.copy_k is not None
-    out.copy_k = _stack([(c.copy_k, r) for c, r in sources], 2, S) if copies else None
-    out.src_ids = _stack([(c.src_ids, r) for c, r in sources], 1, S) if copies else None
-    out.cross_mask, out.has_source = (a.cross_mask, a.has_source) if out.src_mask is a.src_mask else \
-        _cross_masks(out.src_mask)
+    group, sources = _groups([(c, r) for c, r, *_ in parts])
+    src_mask = _stack([(c.src_mask, r) for c, r in sources], 1, S)
+    cross_kv = [(_stack([(c.cross_k[i], r) for c, r in sources], 2, S),
+                 _stack([(c.cross_v[i], r) for c, r in sources], 2, S)) for i in range(len(a.cross_k))]
+    copy_source = None if a.copy_k is None else (_stack([(c.copy_k, r) for c, r in sources], 2, S),
+                                                 _stack([(c.src_ids, r) for c, r in sources], 1, S))
     n = lambda c, r: c.batch_size if r is None else r.numel()  # noqa: E731
-    out.self_k = [_stack_self([(c.self_k[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], out.capacity)
-                  for i in range(len(a.self_k))]
-    out.self_v = [_stack_self([(c.self_v[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], out.capacity)
-                  for i in range(len(a.self_v))]
-    return out
+    self_k = [_stack_self([(c.self_k[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], capacity)
+              for i in range(len(a.self_k))]
+    self_v = [_stack_self([(c.self_v[i], r, n(c, r), f, c.length, pad) for c, r, f, pad in parts], capacity)
+              for i in range(len(a.self_v))]
+    return KVCache(cross_kv, src_mask, capacity, copy_source, self_kv=(self_k, self_v), length=length, start=start,
+                   group=group, cross_masks=(a.cross_mask, a.has_source) if src_mask is a.src_mask else None)
 
 
 def _starts(c: KVCache) -> Tensor:
