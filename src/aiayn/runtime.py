@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
+from typing import Iterator
 
 DEVICES_HELP = "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'"
 
@@ -41,3 +43,60 @@ def prepare_device(device) -> None:
 
     if torch.device(device).type == "cuda":
         torch.backends.cuda.enable_cudnn_sdp(False)
+
+
+@contextlib.contextmanager
+def preserved_process_state() -> Iterator[None]:
+    """Leave the process-wide settings that a run changes as they were found (also when it raises):
+    torch's intra-op thread count, cuDNN's fused attention switch (`prepare_device`), and the global
+    random states that `seed_everything` seeds: Python's `random`, NumPy's, torch's CPU generator,
+    and CUDA's generators. Where CUDA was not yet initialised, a seed queued for its first use
+    (`torch.manual_seed` queues one) is put back; if the run initialised CUDA, its generators are
+    reset as that first use would have set them: a nondeterministic seed, then the queued seeds.
+    Other accelerators' generators (MPS, XPU) are not restored."""
+    import numpy as np
+    import torch
+
+    threads, cudnn_sdp = torch.get_num_threads(), torch.backends.cuda.cudnn_sdp_enabled()
+    python, numpy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda_initialised = torch.cuda.is_initialized()
+    cuda = torch.cuda.get_rng_state_all() if cuda_initialised else None
+    queued = None if cuda_initialised else _queued_cuda_seeds()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
+        random.setstate(python)
+        np.random.set_state(numpy)
+        torch.set_rng_state(cpu)
+        if cuda_initialised:
+            torch.cuda.set_rng_state_all(cuda)
+        elif queued is not None:
+            _requeue_cuda_seeds(queued)
+
+
+def _queued_cuda_seeds() -> tuple | None:
+    """The seeds that `torch.cuda` holds for its first initialisation: torch's private lazy-seed
+    tracker (None where this torch has none)."""
+    import torch
+
+    tracker = getattr(torch.cuda, "_lazy_seed_tracker", None)
+    if tracker is None:
+        return None
+    return tracker.manual_seed_all_cb, tracker.manual_seed_cb, list(tracker.call_order)
+
+
+def _requeue_cuda_seeds(queued: tuple) -> None:
+    import torch
+
+    if not torch.cuda.is_initialized():
+        tracker = torch.cuda._lazy_seed_tracker
+        tracker.manual_seed_all_cb, tracker.manual_seed_cb, tracker.call_order = queued[0], queued[1], list(queued[2])
+        return
+    for generator in torch.cuda.default_generators:
+        generator.seed()  # a nondeterministic seed, as torch gives a new device's generator
+    for call in queued[2]:
+        if call is not None:
+            call[0]()  # (callback, traceback): as CUDA's initialisation runs them
+

@@ -19,7 +19,7 @@ import torch
 
 from aiayn.io import exclusive_lock
 from aiayn.models import build_model
-from aiayn.runtime import prepare_device, resolve_device, seed_everything
+from aiayn.runtime import preserved_process_state, prepare_device, resolve_device, seed_everything
 from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config
@@ -57,6 +57,7 @@ def _run_lock(run_dir: Path, dist: DistInfo):
         yield
 
 
+@preserved_process_state()
 def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = None,
           progress: Optional[Callable[[Progress], None]] = None) -> FitResult:
     """Train per `cfg` into `cfg.train.run_dir`; with `resume`, continue from its last good checkpoint.
@@ -64,6 +65,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
     Everything is validated before anything is written: the run directory is locked, a resume
     must keep the model's shape and find a checkpoint that loads, and config.toml is written
     once the run is set up. `progress` is the trainer's callback (the command draws a bar with it).
+    The thread count, backend flags and global random states it sets are the caller's again when it
+    returns or raises (`runtime.preserved_process_state`).
     """
     run = cfg.train
     dist = dist or init_from_env(_device_type(run.device))
