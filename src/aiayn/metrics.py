@@ -207,4 +207,19 @@ def qa_scores(hyps: Sequence[str], refs: References) -> dict:
     return {**exact_match(hyps, refs).to_dict(), **token_f1(hyps, refs).to_dict(), "n_sentences": len(hyps)}
 
 
-SCORERS = MappingProxyType({"bleu": translation_scores, "rouge": summary_scores, "squad": qa_scores})
+def accuracy(hyps: Sequence[str], refs: References) -> Score:
+    """Per cent of outputs equal to one of their references (labels, compared as strings)."""
+    _check(hyps, refs)
+    value = 100.0 * sum(h in r for h, r in zip(hyps, refs)) / max(len(hyps), 1)
+    return Score("accuracy", value, "accuracy %|exact string|refs:any", f"accuracy = {value:.2f}% on {len(hyps)}")
+
+
+def accuracy_scores(hyps: Sequence[str], refs: References) -> dict:
+    """Accuracy with its signature, as `aiayn evaluate --metric accuracy` prints it."""
+    return {**accuracy(hyps, refs).to_dict(), "n_sentences": len(hyps)}
+
+
+SCORERS = MappingProxyType({"bleu": translation_scores, "rouge": summary_scores, "squad": qa_scores,
+                            "accuracy": accuracy_scores})
+SCORE_NAMES = MappingProxyType({"bleu": ("bleu", "chrf"), "rouge": ("rouge1", "rouge2", "rougeL"),
+                                "squad": ("exact_match", "f1"), "accuracy": ("accuracy",)})  # what each prints

@@ -6,7 +6,7 @@ import torch
 
 from aiayn.cli import main
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
-from aiayn.tasks import LMTask
+from aiayn.tasks.lm import LMTask
 from aiayn.tasks.lm import Generator, split_text
 from aiayn.training.config import load_config
 from aiayn.training.distributed import SINGLE

@@ -13,7 +13,8 @@ from aiayn.config import EOS_ID, TransformerConfig
 from aiayn.data.corpus import CorpusError
 from aiayn.data.tokenizer import SentencePieceTokenizer, SymbolTokenizer, TokenizerPair
 from aiayn.models import Transformer
-from aiayn.tasks import QATask, SummarizationTask
+from aiayn.tasks.qa import QATask
+from aiayn.tasks.summarization import SummarizationTask
 from aiayn.tasks.qa import QA, SEP, carved, qa_source
 from aiayn.tasks.summarization import Summarizer, lead
 from aiayn.training.config import load_config

@@ -74,7 +74,8 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from aiayn.commands.train import progress_bar
-    from aiayn.plots import save_attention_plot
+    from aiayn.plots import save_png
+    from aiayn.tasks import load_pipeline
 
     flags = {"data.task": args.task, "train.max_updates": args.updates, "train.seed": args.seed}
     overrides = [f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in flags.items() if v is not None]
@@ -87,6 +88,7 @@ def run(args) -> int:
     print(f"task: {cfg.data.task}   exact match: {result.accuracy:.1%} on {len(result.examples)} held-out examples")
     print(f"model: {result.model_dir}   time: {result.seconds:.1f} s")
     longest = max((src for src, _, _ in result.examples), key=len)
-    plot = save_attention_plot(result.model_dir, longest, Path(args.output) / "attention.png")
+    figure, _ = load_pipeline(result.model_dir).attention(longest).draw()
+    plot = save_png(figure, Path(args.output) / "attention.png")
     print(f"cross-attention of '{longest}': {plot}")
     return 0

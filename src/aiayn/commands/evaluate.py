@@ -5,20 +5,17 @@
     --metric squad   exact match and token F1 with SQuAD v1.1's normalisation (question answering)
 
 `--ref` may be given more than once, one aligned file per reference (AESLC's dev set has the
-original subject and three annotators'): ROUGE and SQuAD take each example's best reference,
-BLEU and chrF read them as sacreBLEU's reference streams. The outputs are a hypothesis file
-(`--hyp`), or `--model` decodes `--src` first: a translation or summarization model, whose task
-chooses the metric unless `--metric` is given. A QA model answers (context, question) pairs:
-`aiayn answer -i questions.jsonl -o answers.jsonl` writes them as JSON lines with a "prediction"
-field; `--hyp` scores one prediction per line (e.g. `jq -r .prediction answers.jsonl`), not those
-JSON lines themselves, whose context and question words would count as answer tokens.
+original subject and three annotators'): ROUGE, SQuAD and accuracy take each example's best
+reference, BLEU and chrF read them as sacreBLEU's reference streams. The outputs are a hypothesis
+file (`--hyp`), or `--model` answers `--src` through the model's pipeline (`aiayn.tasks.load_pipeline`:
+the same door as `aiayn translate/summarize/answer/classify`, with the same line format: a QA
+model reads JSON lines with "context" and "question"), and its task's metric scores them unless
+`--metric` is given.
 """
 
 from __future__ import annotations
 
-HELP = "score outputs against references: BLEU/chrF, ROUGE or SQuAD EM/F1 (a hypothesis file, or a model run on a source file)"
-
-METRIC_OF_TASK = {"translation": "bleu", "summarization": "rouge", "qa": "squad"}
+HELP = "score outputs against references: BLEU/chrF, ROUGE, SQuAD EM/F1 or accuracy (a hypothesis file, or a model run on a source file)"
 
 
 def add_arguments(p) -> None:
@@ -31,8 +28,8 @@ def add_arguments(p) -> None:
     src.add_argument("--model", help="model directory: decode --src and score the result")
     p.add_argument("--src", help="source file (with --model)")
     p.add_argument("--save-hyp", help="also write the model's outputs here (with --model)")
-    p.add_argument("--metric", choices=sorted(METRIC_OF_TASK.values()),
-                   help="default: the model's task (bleu for translation, rouge for summarization), or bleu for --hyp")
+    p.add_argument("--metric", choices=("accuracy", "bleu", "rouge", "squad"),
+                   help="default: the model's task's metric with --model, bleu with --hyp")
     p.add_argument("--tokenize", help="sacreBLEU tokenizer for BLEU (default: sacreBLEU's, 13a; "
                                        "e.g. intl, char, zh, ja-mecab)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -42,7 +39,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import json
 
-    from aiayn.commands.translate import check_writable, read_lines
+    from aiayn.commands.door import check_writable, read_lines
     from aiayn.metrics import SCORERS
 
     references = [read_lines(path) for path in args.ref]
@@ -59,44 +56,41 @@ def run(args) -> int:
     else:
         if not args.src:
             raise ValueError("--model needs --src (the source file to decode)")
-        task = model_task(args.model)
-        metric = args.metric or METRIC_OF_TASK[task]
+        pipeline = _pipeline(args)
+        metric = args.metric or pipeline.metric
         check_tokenize(args.tokenize, metric)  # this and the rest before spending time on decoding
         sources = read_lines(args.src)
         check_aligned(args.src, sources, args.ref[0], references[0])
         if args.save_hyp:
             check_writable(args.save_hyp)
-        hyps = _decode(args, task, sources)
+        hyps = _decode(args, pipeline, sources)
     refs = [list(per_line) for per_line in zip(*references)]  # per output, its references
     kwargs = {"tokenize": args.tokenize} if metric == "bleu" else {}
-    result = {"metric": metric, "n_references": len(references), **SCORERS[metric](hyps, refs, **kwargs)}
-    print(json.dumps(result) if args.json else report(metric, result))
+    if args.hyp or args.metric:
+        scores = {"metric": metric, **SCORERS[metric](hyps, refs, **kwargs)}
+    else:
+        scores = pipeline.score(hyps, refs)  # the task's own metric
+    result = {**scores, "n_references": len(references)}
+    print(json.dumps(result) if args.json else report(result))
     return 0
 
 
-def report(metric: str, result: dict) -> str:
-    """The scores as text, each with its signature."""
-    if metric == "bleu":
-        return (f"{result['bleu_detail']}\n  signature: {result['bleu_signature']}\n"
-                f"chrF2 = {result['chrf']:.2f}\n  signature: {result['chrf_signature']}")
-    names = ("rouge1", "rouge2", "rougeL") if metric == "rouge" else ("exact_match", "f1")
+def report(result: dict) -> str:
+    """The scores as text, each with its signature (every "<name>_detail" of the result, in order)."""
+    names = [key.removesuffix("_detail") for key in result if key.endswith("_detail")]
     return "\n".join(f"{result[f'{name}_detail']}\n  signature: {result[f'{name}_signature']}" for name in names)
 
 
-def model_task(model_dir: str) -> str:
-    """The task of a model directory that `aiayn evaluate --model` can decode line by line."""
-    from aiayn.tasks.base import read_task_info
+def _pipeline(args):
+    """The model's pipeline; a model whose task has no metric (and no --metric) is an error now."""
+    from aiayn.commands.door import load
+    from aiayn.commands.translate import pipeline_options
 
-    task = read_task_info(model_dir).get("task", "translation")
-    if task == "qa":
-        raise ValueError(f"{model_dir}: a qa model answers (context, question) pairs, not lines: write its answers "
-                         "with `aiayn answer -i questions.jsonl -o answers.jsonl`, put each line's \"prediction\" "
-                         "on a line of its own (e.g. `jq -r .prediction answers.jsonl > answers.txt`) and score that "
-                         "file with --hyp")
-    if task not in METRIC_OF_TASK:
-        raise ValueError(f"{model_dir}: aiayn evaluate --model decodes translation and summarization models, "
-                         f"not a {task} model")
-    return task
+    pipeline = load(args, **pipeline_options(args))
+    if not (args.metric or pipeline.metric):
+        raise ValueError(f"{args.model}: a {pipeline.task} model has no metric for aiayn evaluate --model; "
+                         f"use `aiayn {pipeline.command}`")
+    return pipeline
 
 
 def check_no_decoding(args) -> None:
@@ -121,18 +115,16 @@ def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -
         raise ValueError(f"{path} has {len(lines)} lines but {ref_path} has {len(refs)}")
 
 
-def _decode(args, task: str, sources: list[str]) -> list[str]:
-    """The model's outputs for `sources`, through its task's pipeline (a summarizer flattens its texts)."""
-    from aiayn.commands.translate import (format_results, load_translator, translate_kwargs,
-                                          translate_with_progress, write_lines)
+def _decode(args, pipeline, sources: list[str]) -> list[str]:
+    """The model's outputs for the lines `sources`, through its pipeline: read in its line format,
+    answered as `aiayn translate` (and the rest) would, each output's text one line."""
+    from aiayn.commands.door import answer, parse
+    from aiayn.commands.translate import translate_kwargs, write_lines
+    from aiayn.tasks.pipeline import one_line
 
-    if task == "summarization":
-        from aiayn.commands.summarize import load_summarizer, summarize_lines
-
-        results = summarize_lines(load_summarizer(args), sources, args)
-    else:
-        results = translate_with_progress(load_translator(args), sources, translate_kwargs(args))
-    hyps = [line.rstrip("\n") for line in format_results(results, 0, False)]
+    options = {k: v for k, v in translate_kwargs(args).items() if v is not None}  # only the flags given
+    outputs = answer(pipeline, parse(pipeline, sources, args.src), options)
+    hyps = [one_line(pipeline.text(o)) for o in outputs]
     if args.save_hyp:
         write_lines(args.save_hyp, [h + "\n" for h in hyps])
     return hyps

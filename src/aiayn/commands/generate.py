@@ -24,13 +24,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from aiayn.runtime import resolve_device
-    from aiayn.tasks.lm import Generator
+    from aiayn.commands import door
 
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    generator = Generator.from_pretrained(args.model, device=resolve_device(args.device))
-    text = generator.generate(args.prompt, args.max_new_tokens, method=args.method, seed=args.seed,
-                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    pipeline = door.load(args, own_command=True)
+    text = pipeline([args.prompt], max_new_tokens=args.max_new_tokens, method=args.method, seed=args.seed,
+                    temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)[0]
     print(args.prompt + text)
     return 0

@@ -23,20 +23,20 @@ def run(args) -> int:
     print()
     print(f"{'recipe':<22}{'model_type':<17}{'d_model':>8}{'layers':>8}{'vocabulary':>12}{'parameters':>14}")
     for recipe, vocab, extra in FAMILY:
-        model_type, n, width, layers = _recipe_model(recipe, vocab, extra)
-        shown = "patches" if extra.get("input") == "patches" else f"{vocab:,}"
+        model_type, n, width, layers = _recipe_model(recipe, vocab or 1, extra)
+        shown = f"{vocab:,}" if vocab else "patches"
         print(f"{recipe:<22}{model_type:<17}{width:>8}{layers:>8}{shown:>12}{n:>14,}")
     print("(the family as the shipped recipes build it; vocabulary sizes as their data give them)")
     return 0
 
 
-# recipe, vocabulary size its data gives, fields the task sets (classes, patches)
+# recipe, vocabulary size its data gives (0: none, the input is patches), fields the task sets (classes, patches)
 FAMILY = (
     ("multi30k-de-en", 8000, {}),
     ("multi30k-de-en-rnn", 8000, {}),
     ("shakespeare-char", 69, {}),  # 65 characters + 4 special ids
     ("sst2-classify", 8000, {"n_classes": 2}),
-    ("vit-digits", 1, {"n_classes": 10, "input": "patches", "patch_dim": 4}),
+    ("vit-digits", 0, {"n_classes": 10, "input": "patches", "patch_dim": 4}),
 )
 
 
@@ -51,6 +51,4 @@ def _recipe_model(name: str, vocab: int, extra: dict) -> tuple[str, int, int, st
     spec = load_config(RECIPE.parent / f"{name}.toml").model
     config = dataclasses.replace(spec.build(vocab, vocab), **extra)
     model = build_model(spec.type, config)
-    layers = [getattr(config, k) for k in ("n_encoder_layers", "n_decoder_layers", "n_layers",
-                                          "encoder_layers", "decoder_layers") if hasattr(config, k)]
-    return spec.type, model.num_parameters(), config.width, "+".join(map(str, layers))
+    return spec.type, model.num_parameters(), config.width, config.depth

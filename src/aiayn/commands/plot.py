@@ -28,13 +28,14 @@ def add_arguments(p) -> None:
     a.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer.json)")
     which = a.add_mutually_exclusive_group(required=True)
     which.add_argument("--sentence", help="source sentence to translate (greedy) and draw")
-    which.add_argument("--image", type=int, help="for a ViT (task image-classify): the index of a held-out digit; "
+    which.add_argument("--image", type=int, help="for a ViT: the index of a held-out digit; "
                                                  "draws [CLS]'s attention to each patch, per layer (or per head of --layer)")
     a.add_argument("--part", choices=("cross", "encoder", "decoder", "all"),
                    help="which attention: encoder self, decoder masked self, cross, or all (default: cross; for a "
                         "decoder-only or encoder-only model its self-attention over the sentence, nothing generated)")
     a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
+    a.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default {DecodeConfig().max_len_b}, §6.1)")
     q = parsers["positional"]
     q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")
@@ -81,15 +82,13 @@ def _figure(args, size: dict):
     """Draw the figure of args.kind; `size` is {} (each plot's default) or {"size": (w, h)}."""
     from aiayn import plots
 
-    if args.kind == "attention" and args.image is not None:
-        att = plots.cls_patch_attention(args.model, args.image)
-        print(f"image {args.image} of the test split: label {att.label}, predicted {att.prediction} ({att.probability:.0%})")
-        return plots.plot_patch_attention(att, args.layer, **size)
-    if args.kind == "attention":
-        maps = plots.attention_for_sentence(args.model, args.sentence, max_len_b=args.max_len_b)
-        print(f"source: {' '.join(maps.src_labels)}")
-        print(f"output: {' '.join(maps.out_labels)}")
-        return plots.plot_attention(maps, args.part, args.layer, args.head, **size)
+    if args.kind == "attention":  # through the model's pipeline: its input is cut as every door cuts it
+        from aiayn.commands.door import load
+
+        line = args.sentence if args.image is None else str(args.image)
+        maps = load(args).attention(line, max_len_b=args.max_len_b)
+        print(maps.describe())
+        return maps.draw(args.part, args.layer, args.head, **size)
     if args.kind == "positional":
         kwargs = {} if args.dims is None else {"dims": args.dims}
         return plots.plot_positional(args.length, args.d_model, **size, **kwargs)

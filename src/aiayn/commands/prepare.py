@@ -6,7 +6,8 @@ HELP = "train a sentencepiece vocabulary on a corpus' train split and cache the 
 
 
 def add_arguments(p) -> None:
-    from aiayn.training.config import DataConfig, RunConfig
+    from aiayn.tasks.settings import VocabSettings as DataConfig
+    from aiayn.training.config import RunConfig
 
     p.add_argument("corpus", help="known corpus name (multi30k, small-parallel-enja), {split}.{lang} directory, "
                                   "or TSV file")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aiayn.runtime import DEVICES_HELP
-from aiayn.serve.app import BACKENDS, ServeLimits
+from aiayn.serve.app import ServeLimits
 from aiayn.serve.batcher import BatchConfig
 from aiayn.training.config import RunConfig
 
@@ -13,9 +13,9 @@ _B, _L = BatchConfig(), ServeLimits()
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", help="model directory written by `aiayn train` (translation, summarization or qa), "
+    p.add_argument("model", help="model directory written by `aiayn train` (any task with an inference door), "
                                  "or with --backend ctranslate2 one written by `aiayn export ctranslate2`")
-    p.add_argument("--backend", choices=BACKENDS, default=BACKENDS[0],
+    p.add_argument("--backend", choices=("native", "ctranslate2"), default="native",
                    help="decode with aiayn itself (native, the default) or with CTranslate2 (ctranslate2: "
                         "an export directory; no attention weights)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -154,6 +154,31 @@ def random_batches(n: int, sizes: Sequence[int], seed: int = 0) -> list[list[int
         out.append(perm[start:start + size])
         start += size
     return out
+
+
+
+def keep_within(ids: Sequence[int], room: int, keep: str = "start"):
+    """At most `room` of `ids`: the first ("start") or the last ("end", e.g. the question of
+    `context [SEP] question`). The one place a source is cut, in training and at inference."""
+    if keep not in ("start", "end"):
+        raise ValueError(f"keep must be 'start' or 'end', got {keep!r}")
+    return ids[:room] if keep == "start" else ids[max(0, len(ids) - room):]
+
+
+class LazyBatches(Sequence):
+    """`n` batches made on access by `make(i)`: an epoch keeps only what it needs to make them
+    (indices, windows), not every batch's tensors. What the trainer iterates for every task."""
+
+    def __init__(self, n: int, make: Callable[[int], Any]):
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if not -self.n <= i < self.n:
+            raise IndexError(f"batch {i} of {self.n}")
+        return self.make(i % self.n)
 
 
 @dataclass

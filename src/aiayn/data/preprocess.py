@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from aiayn.data.batching import Batch, TokenBucketSampler, collate
+from aiayn.data.batching import Batch, TokenBucketSampler, collate, keep_within
 from aiayn.data.corpus import (
     CorpusStats, ParallelCorpus, Source, length_filter, read_files, resolve_source,
 )
@@ -98,6 +98,15 @@ class ParallelDataset:
         stats = replace(self.stats, n_too_long=self.stats.n_too_long + n_long,
                         n_bad_ratio=self.stats.n_bad_ratio + n_ratio)
         return replace(self.subset(keep), stats=stats)
+
+    def cut_sources(self, room: int, keep: str) -> tuple["ParallelDataset", int]:
+        """(this dataset with every source cut to at most `room` tokens at its `keep` end, how many were cut)."""
+        n_cut = int((self.src_lengths > room).sum())
+        if not n_cut:
+            return self, 0
+        src = [keep_within(self[i][0], room, keep) for i in range(len(self))]
+        tgt = [self[i][1] for i in range(len(self))]
+        return replace(ParallelDataset.from_ids(src, tgt, self.stats), from_cache=self.from_cache), n_cut
 
     def sampler(self, max_tokens: int, seed: int = 0, shuffle: bool = True, rank: int = 0,
                 world_size: int = 1, skip_overlong: bool = False, sort_by_length: bool = True) -> TokenBucketSampler:

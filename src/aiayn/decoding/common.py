@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig
+from aiayn.data.batching import keep_within
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,10 @@ def source_ids(ids: Sequence[int], max_len: int | None = None, keep: str = "star
     """Already tokenized source ids -> ids + EOS, at most `max_len` long (EOS kept last).
     `keep="start"` drops the tail of a long source; `keep="end"` drops its head."""
     ids = [int(i) for i in ids]
-    if keep not in ("start", "end"):
-        raise ValueError(f"keep must be 'start' or 'end', got {keep!r}")
     if max_len is not None:
         if max_len < 1:
             raise ValueError(f"max_len must be at least 1 (room for EOS), got {max_len}")
-        room = max_len - 1
-        ids = ids[:room] if keep == "start" else ids[max(0, len(ids) - room):]
+        ids = keep_within(ids, max_len - 1, keep)
     return ids + [EOS_ID]
 
 

@@ -52,6 +52,20 @@ class ModelConfig:
         """The width the learning-rate schedule scales with (§5.3: d_model^-0.5)."""
         return self.d_model
 
+    @property
+    def depth(self) -> str:
+        """The layer count as people write it: "6+6" for an encoder-decoder, "4" for one stack."""
+        return str(self.n_layers)
+
+    @classmethod
+    def for_vocab(cls, preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> Any:
+        """The config for vocabularies of these sizes (a recipe's `[model]`; the preset names the
+        encoder-decoder's sizes and is ignored elsewhere). A model of one vocabulary takes `src_vocab_size`."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        sizes = {"vocab_size": src_vocab_size} if "vocab_size" in names else {
+            "src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size}
+        return cls(**sizes, **overrides)
+
     def check_positive(self, *names: str) -> None:
         for name in names:
             if getattr(self, name) < 1:

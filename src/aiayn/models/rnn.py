@@ -65,6 +65,10 @@ class RNNConfig(ModelConfig):
         """The width the learning-rate schedule scales with (the "noam" schedule's d_model)."""
         return self.hidden_size
 
+    @property
+    def depth(self) -> str:
+        return f"{self.encoder_layers}+{self.decoder_layers}"
+
 
 class Score(nn.Module):
     """Attention scores e(q, k) of a decoder state q (N, H) against encoder states k (N, S, H).

@@ -6,19 +6,18 @@ atomically. The `aiayn plot KIND` command wraps these functions.
 
 from aiayn.plots._figure import new_figure, save_png
 from aiayn.plots.attention import (
-    AttentionMaps, attention_for_sentence, decode_with_attention, forward_attention, plot_attention,
-    save_attention_plot,
+    AttentionMaps, attention_maps, decode_with_attention, forward_attention, plot_attention, self_attention_maps,
 )
 from aiayn.plots.complexity import plot_complexity
 from aiayn.plots.curves import plot_curves, read_metrics
 from aiayn.plots.masks import plot_masks
-from aiayn.plots.patches import PatchAttention, cls_patch_attention, plot_patch_attention
+from aiayn.plots.patches import PatchAttention, patch_attention, plot_patch_attention
 from aiayn.plots.positional import plot_positional
 from aiayn.plots.scaling import plot_scaling, scaling_experiment
 from aiayn.plots.schedule import plot_schedule
 
 __all__ = [
-    "AttentionMaps", "PatchAttention", "attention_for_sentence", "cls_patch_attention", "decode_with_attention", "forward_attention", "new_figure",
+    "AttentionMaps", "PatchAttention", "attention_maps", "patch_attention", "self_attention_maps", "decode_with_attention", "forward_attention", "new_figure",
     "plot_attention", "plot_complexity", "plot_patch_attention", "plot_curves", "plot_masks", "plot_positional", "plot_scaling", "plot_schedule",
-    "read_metrics", "save_attention_plot", "save_png", "scaling_experiment",
+    "read_metrics", "save_png", "scaling_experiment",
 ]

@@ -18,7 +18,6 @@ from types import MappingProxyType
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -60,6 +59,17 @@ class AttentionMaps:
             have = [p for p in PARTS if getattr(self, p).shape[0]]
             raise ValueError(f"this model has no {TITLES[name]}; it has: {', '.join(have)}")
         return weights
+
+    def draw(self, part: str | None = None, layer: int | None = None, head: int | None = None,
+             size: tuple[int, int] = DEFAULT_SIZE):
+        """`plot_attention` of these maps: (figure, arrays)."""
+        return plot_attention(self, part, layer, head, size)
+
+    def describe(self) -> str:
+        lines = [f"source: {' '.join(self.src_labels)}"]
+        if self.out_labels and self.cross.shape[0]:
+            lines.append(f"output: {' '.join(self.out_labels)}")
+        return "\n".join(lines)
 
     def labels(self, name: str) -> tuple[list[str], list[str]]:
         """(row labels, column labels) of a part's heatmaps."""
@@ -113,23 +123,11 @@ def forward_attention(model, src: Tensor, tgt_in: Tensor) -> tuple[list[Tensor],
     return w.encoder, w.decoder, w.cross
 
 
-def attention_for_sentence(
-    model_dir: str | Path, sentence: str, max_len_a: float | None = None, max_len_b: int | None = None,
-    device: str = "cpu",
-) -> AttentionMaps:
-    """Load a model directory (weights + tokenizers), translate `sentence`, return its maps."""
-    from aiayn.data.tokenizer import load_tokenizers
-    from aiayn.decoding.common import encode_source
-    from aiayn.models import load_model
-
-    model = load_model(model_dir, device=device)
-    tokenizers = load_tokenizers(model_dir)
-    if model.model_type in ONE_STACK:
-        return self_attention_maps(model, tokenizers.src, sentence)
-    ids = encode_source(tokenizers.src, sentence)  # ids + EOS, as in training
-    if len(ids) < 2:
-        raise ValueError("the sentence to translate is empty")
-    maps = decode_with_attention(model, ids, max_len_a, max_len_b)
+def attention_maps(model, tokenizers, src_ids: Sequence[int], max_len_a: float | None = None,
+                   max_len_b: int | None = None) -> AttentionMaps:
+    """`decode_with_attention` of `src_ids` (ids + EOS, cut as the caller's door cuts them), with the
+    subword pieces as labels. A task's pipeline calls this (`Pipeline.attention`)."""
+    maps = decode_with_attention(model, src_ids, max_len_a, max_len_b)
     return AttentionMaps(
         maps.src_ids, maps.out_ids, maps.encoder, maps.decoder, maps.cross,
         tokenizers.src.pieces(maps.src_ids), tokenizers.tgt.pieces([BOS_ID, *maps.out_ids[:-1]]),
@@ -137,23 +135,18 @@ def attention_for_sentence(
     )
 
 
-ONE_STACK = MappingProxyType({"decoder-only": "decoder", "encoder-only": "encoder"})  # model type -> its part
-
-
 @torch.inference_mode()
-def self_attention_maps(model, tokenizer, text: str) -> AttentionMaps:
-    """The self-attention of a one-stack model over `text`: causal for the decoder-only model (GPT),
-    bidirectional with [CLS] first for the encoder-only one (BERT). Nothing is generated."""
-    from aiayn.models.encoder_only import CLS_ID
-
+def self_attention_maps(model, tokenizer, text: str, part: str, first: Sequence[tuple[str, int]] = ()) -> AttentionMaps:
+    """The self-attention of a one-stack model over `text`, drawn as `part`: "decoder" (causal, GPT)
+    or "encoder" (bidirectional, BERT). `first`: (label, id) of positions the model puts before the
+    text itself (BERT's [CLS]). Nothing is generated."""
     ids = tokenizer.encode(text)
     if not ids:
         raise ValueError("the text is empty")
     with eval_mode(model):
         weights = _stack(model.attention(torch.tensor([ids], device=next(model.parameters()).device)))
-    part = ONE_STACK[model.model_type]
-    labels = tokenizer.pieces(ids) if part == "decoder" else ["[CLS]", *tokenizer.pieces(ids)]
-    ids = ids if part == "decoder" else [CLS_ID, *ids]
+    labels = [label for label, _ in first] + tokenizer.pieces(ids)
+    ids = [i for _, i in first] + ids
     empty = _stack([])
     return AttentionMaps(ids, [], weights if part == "encoder" else empty, weights if part == "decoder" else empty,
                          empty, labels, labels, labels)
@@ -231,18 +224,3 @@ def plot_attention(
         arrays[f"{p}/rows"], arrays[f"{p}/cols"] = maps.labels(p)
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     return fig, arrays
-
-
-def save_attention_plot(
-    model_dir: str | Path, sentence: str, path: str | Path, part: str | None = None,
-    layer: int | None = None, head: int | None = None, size: tuple[int, int] = DEFAULT_SIZE,
-    max_len_a: float | None = None, max_len_b: int | None = None,
-) -> Path:
-    """Translate `sentence` with the model in `model_dir` and save its attention as a PNG.
-
-    One line for the demo: `save_attention_plot(model_dir, "a b c", out / "attention.png")`.
-    Returns the path written. On the reverse task the cross-attention is an anti-diagonal.
-    """
-    maps = attention_for_sentence(model_dir, sentence, max_len_a, max_len_b)
-    fig, _ = plot_attention(maps, part, layer, head, size)
-    return save_png(fig, path)

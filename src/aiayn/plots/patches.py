@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,6 +26,14 @@ class PatchAttention:
     prediction: str
     probability: float
 
+    def draw(self, part: str | None = None, layer: int | None = None, head: int | None = None,
+             size: tuple[int, int] = DEFAULT_SIZE):
+        """`plot_patch_attention`: per layer, or per head of `layer` (`part` and `head` do not apply)."""
+        return plot_patch_attention(self, layer, size)
+
+    def describe(self) -> str:
+        return f"label {self.label}, predicted {self.prediction} ({self.probability:.0%})"
+
     def grid(self, layer: int, head: int | None = None) -> np.ndarray:
         """(H/p, W/p) weights of one head, or the heads' mean when head is None."""
         weights = self.cls[layer].mean(0) if head is None else self.cls[layer, head]
@@ -35,26 +42,15 @@ class PatchAttention:
 
 
 @torch.inference_mode()
-def cls_patch_attention(model_dir: str | Path, index: int = 0, split: str = "test") -> PatchAttention:
-    """The [CLS]-to-patch attention of image `index` of the digits' `split`, with the prediction."""
-    from aiayn.models import load_model
-    from aiayn.tasks.base import read_task_info
-    from aiayn.tasks.vision import ImageClassifyTask, load_digits, patches, split_indices
-
-    info = read_task_info(model_dir, expect=ImageClassifyTask.name)
-    model = load_model(model_dir)
-    images, labels = load_digits()
-    chosen = split_indices(len(labels), split)
-    if not 0 <= index < len(chosen):
-        raise ValueError(f"image {index} out of range: the {split} split has images 0..{len(chosen) - 1}")
-    image, size = images[chosen[index]], int(info["patch_size"])
-    x = torch.from_numpy(patches(image[None], size))  # (1, N, p²)
+def patch_attention(model, image: np.ndarray, patch_size: int, patches: np.ndarray, labels: list[str],
+                    label: str) -> PatchAttention:
+    """[CLS]'s attention to each patch of `image` (H, W), whose patches (N, p²) the model reads, and
+    the model's prediction among `labels`; `label` is the image's own."""
+    x = torch.from_numpy(patches[None])  # (1, N, p²)
     with eval_mode(model):
         weights = torch.stack([w[0, :, 0, 1:] for w in model.attention(x)])  # (L, heads, N)
         probs = model.classify(x)[0].float().softmax(-1)
-    names = info["labels"]
-    return PatchAttention(image, weights.numpy(), size, names[int(labels[chosen[index]])],
-                          names[int(probs.argmax())], float(probs.max()))
+    return PatchAttention(image, weights.numpy(), patch_size, label, labels[int(probs.argmax())], float(probs.max()))
 
 
 def plot_patch_attention(att: PatchAttention, layer: int | None = None, size: tuple[int, int] = DEFAULT_SIZE):

@@ -5,8 +5,8 @@ task for the loss of a batch and for validation metrics. The pipeline
 (`aiayn.training.pipeline`) only wires: it asks the task to prepare its data, builds the
 model the task names through the model registry, and hands both to the trainer.
 
-A new task: a class with the members of `Task`, listed in `aiayn.tasks.TASKS`, and a
-recipe with `task = "<name>"`.
+A new task: a class with the members of `Task` (its `data_config` and `pipeline` included), a
+line in `aiayn.tasks.TASKS` (or named by its import path), and a recipe with `task = "<name>"`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ EpochData = Callable[[int], Sequence[TrainingBatch]]  # epoch -> this rank's mic
 
 class Task(Protocol):
     name: str
+    data_config: type  # the frozen dataclass of the recipe's [data] section for this task
+    pipeline: type  # its inference door (`aiayn.tasks.pipeline.Pipeline`), built from a model directory
 
     # -- data: how examples are read and batched ------------------------------------------
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
@@ -102,8 +104,16 @@ def write_task_info(model_dir: str | Path, info: dict) -> None:
 
 def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     """The model directory's task.json ({} for a directory written before it existed: a translation
-    model). With `expect`, a directory of another task is an error naming both."""
-    path = Path(model_dir) / TASK_FILE
+    model). A path that is not a model directory (no config.json) is an error saying so; with
+    `expect`, a directory of another task is an error naming both."""
+    from aiayn.models.base import CONFIG_FILE
+
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"{model_dir}: model directory not found")
+    if not (model_dir / CONFIG_FILE).is_file():
+        raise ValueError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
+    path = model_dir / TASK_FILE
     info = {}
     if path.is_file():
         try:
@@ -112,7 +122,37 @@ def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
         if not isinstance(info, dict):
             raise ValueError(f"{path}: expected a JSON object")
-    found = info.get("task", "translation")
+    from aiayn.tasks import DEFAULT_TASK
+
+    found = info.get("task", DEFAULT_TASK)
     if expect is not None and found != expect:
         raise ValueError(f"{model_dir}: a {found} model ({TASK_FILE}), not a {expect} model")
     return info
+
+
+def write_test_scores(model_dir: str | Path, result: dict) -> Path:
+    """RUN_DIR/test_scores.json (beside the model directory), atomically: what `Task.test` reports."""
+    from aiayn.io import atomic_write
+
+    path = Path(model_dir).parent / "test_scores.json"
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
+    return path
+
+
+class Drops:
+    """Examples a task cut, skipped or filtered, per split: each kind is logged once at WARNING and
+    kept for the split's report (test_scores.json's "dropped")."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def note(self, split: str, what: str, n: int, total: int, detail: str = "") -> None:
+        """`n` of `total` examples of `split` were `what` ("truncated", "too_long", ...); 0 notes nothing."""
+        if n and self.counts.get(split, {}).get(what) != n:  # a split read twice is reported once
+            log.warning("%s: %d of %d examples %s%s", split, n, total, what.replace("_", " "),
+                        f" ({detail})" if detail else "")
+            self.counts.setdefault(split, {})[what] = n
+
+    def of(self, split: str) -> dict[str, int]:
+        return dict(self.counts.get(split, {}))

@@ -1,8 +1,10 @@
 """Text classification and masked-language-model pre-training with the encoder-only model (BERT).
 
-    data        `text<TAB>label` lines, `{corpus}/{split}.tsv[.gz]`; a first line whose label field
-                is "label" is a header. A line without exactly one TAB is an error naming the file
-                and line; an empty text is skipped and counted.
+    data        `ClassifyData`: `text<TAB>label` lines, `{corpus}/{split}.tsv[.gz]`; a first line
+                whose label field is "label" is a header. A line without exactly one TAB is an
+                error naming the file and line. An empty text is skipped, a text over
+                `data.max_input_tokens` is cut, and a text longer than a whole batch
+                (`data.max_tokens`) is skipped: each is counted (a warning, and test_scores.json).
     vocabulary  sentencepiece (or whitespace symbols) on the training texts, with "[MASK]" a piece
                 of its own, so a classifier can start from an MLM model's directory
                 (`train.init_from`) with the same vocabulary (`data.tokenizer = DIR`)
@@ -12,12 +14,11 @@
                 tokens are chosen; of those 80% become [MASK], 10% a random token, 10% stay;
                 the loss covers the chosen positions only. The choice is drawn per batch from
                 (seed, epoch, batch), so a resumed run masks the same way.
-    inference   `Classifier` and `aiayn classify`
+    inference   `Classifier`: `aiayn classify`, POST /v1/classify
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -29,14 +30,16 @@ import torch
 import torch.nn.functional as F
 
 from aiayn.config import PAD_ID, UNK_ID
+from aiayn.data.batching import LazyBatches
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import N_SPECIALS, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.decoding.common import pad_sources
-from aiayn.io import atomic_write
 from aiayn.models.base import eval_mode
-from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
+from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
+from aiayn.tasks.pipeline import NoPipeline, Pipeline, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import build_tokenizers
+from aiayn.tasks.settings import SplitSettings, VocabSettings, check_positive
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums
@@ -95,21 +98,102 @@ def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: 
     return inputs, torch.where(chosen, tokens, torch.full_like(tokens, PAD_ID))
 
 
+@dataclass(frozen=True)
+class ClassifyData(VocabSettings, SplitSettings):
+    max_input_tokens: int = 256  # longer texts are cut to this many tokens (counted), in training and inference
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self, "max_input_tokens")
+
+
+class Classifier(Pipeline):
+    """`Classifier.from_pretrained(DIR).classify(texts)` (or `load_pipeline(DIR)(texts)`) ->
+    [(label, probability)] per text. A CLI output line is `label<TAB>probability`."""
+
+    task, command, metric = "classify", "classify", "accuracy"
+    routes = (Route("POST", "/v1/classify", "classify_route", "classify texts"),)
+
+    def __init__(self, model, tokenizer, labels: list[str], max_length: int):
+        self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **options) -> "Classifier":
+        from aiayn.models import load_model
+
+        info = read_task_info(model_dir, expect=cls.task)
+        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, info["labels"],
+                   info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens)))
+
+    def run(self, texts: list[str], progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
+        refuse_options(self.task, options)
+        ids = [self.tokenizer.encode(t) for t in texts]
+        cut = sum(len(x) > self.max_length for x in ids)
+        if cut:
+            log.warning("%d of %d texts cut to %d tokens", cut, len(ids), self.max_length)
+        return self.decide([x[: self.max_length] or [UNK_ID] for x in ids], progress, batch_size)
+
+    @torch.inference_mode()
+    def decide(self, inputs: list, progress=None, batch_size: int = 64) -> list[tuple[str, float]]:
+        """(label, probability) of each model input (token ids, or patches), `batch_size` at a time."""
+        device = next(self.model.parameters()).device
+        out: list[tuple[str, float]] = []
+        for start in range(0, len(inputs), batch_size):
+            probs = self.model.classify(self.batch(inputs[start:start + batch_size], device)).float().softmax(-1)
+            best = probs.argmax(-1)
+            out += [(self.labels[int(i)], float(p[i])) for i, p in zip(best, probs)]
+            if progress is not None:
+                progress(len(best))
+        return out
+
+    def batch(self, inputs: list, device) -> torch.Tensor:
+        return pad_sources(inputs, PAD_ID, device)  # (B, T)
+
+    def classify(self, texts: Sequence[str], batch_size: int = 64) -> list[tuple[str, float]]:
+        return self.run(list(texts), batch_size=batch_size)
+
+    def format_line(self, given, output) -> str:
+        return f"{output[0]}\t{output[1]:.4f}"
+
+    def text(self, output) -> str:
+        return output[0]
+
+    async def classify_route(self, fields: dict, server) -> dict:
+        """{"text": a text or a list} -> {"labels": [{"label", "probability"}]}."""
+        check_fields(fields, ["text"])
+        texts = check_texts(fields.get("text"), server.limits, "text")
+        return {"labels": [{"label": label, "probability": p} for label, p in await server.decode(self.prepare(texts))]}
+
+    def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
+        """The bidirectional self-attention over the text of `line`, [CLS] first."""
+        from aiayn.models.encoder_only import CLS_ID
+        from aiayn.plots.attention import self_attention_maps
+
+        return self_attention_maps(self.model, self.tokenizer, line, "encoder", first=[("[CLS]", CLS_ID)])
+
+
+def refuse_options(task: str, options: dict) -> None:
+    if options:
+        raise ValueError(f"a {task} model takes no decoding options; got {', '.join(sorted(options))}")
+
+
 class ClassifyTask:
     name = "classify"
+    data_config = ClassifyData
+    pipeline = Classifier
 
     def __init__(self, cfg: TrainConfig):
         self.cfg, self.data = cfg, cfg.data
         self.tokenizers: Optional[TokenizerPair] = None
         self.labels: list[str] = []
         self.splits: dict[str, tuple[list[list[int]], list[int]]] = {}
+        self.drops = Drops()
 
     # -- data -----------------------------------------------------------------------------------
     def read(self, split: str) -> tuple[list[str], list[str]]:
         path = record_file(self.data.corpus, split, (".tsv", ".tsv.gz"))
         texts, labels, n_empty = read_labelled(path)
-        if n_empty:
-            log.info("%s: %d empty texts skipped", path, n_empty)
+        self.drops.note(split, "empty", n_empty, n_empty + len(texts), f"{path}: empty texts")
         return texts, labels
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
@@ -129,8 +213,10 @@ class ClassifyTask:
         unknown = sorted(set(labels) - set(self.labels))
         if unknown:
             raise CorpusError(f"{self.data.corpus} split {split!r}: labels {unknown} never occur in training")
-        ids = [s[: self.data.max_length] for s in self.tokenizers.src.encode_batch(texts)]
-        return ids, [self.labels.index(y) for y in labels]
+        limit = self.data.max_input_tokens
+        ids = self.tokenizers.src.encode_batch(texts)
+        self.drops.note(split, "truncated", sum(len(s) > limit for s in ids), len(ids), f"texts over {limit} tokens")
+        return [s[:limit] for s in ids], [self.labels.index(y) for y in labels]
 
     def restore(self, model_dir: Path) -> None:
         """Labels and vocabulary from a finished model directory, and the test split (for `test`)."""
@@ -152,7 +238,10 @@ class ClassifyTask:
         from aiayn.data.batching import TokenBucketSampler
 
         ids, _ = self.splits[split]
-        sampler = TokenBucketSampler(np.array([len(s) + 1 for s in ids]), np.zeros(len(ids), dtype=np.int64),
+        lengths = np.array([len(s) + 1 for s in ids])
+        self.drops.note(split, "skipped", int((lengths > self.data.max_tokens).sum()), len(ids),
+                        f"longer than a batch of data.max_tokens = {self.data.max_tokens}")
+        sampler = TokenBucketSampler(lengths, np.zeros(len(ids), dtype=np.int64),
                                      self.data.max_tokens, seed=self.cfg.train.seed, shuffle=shuffle,
                                      rank=dist.rank if dist else 0, world_size=dist.world_size if dist else 1,
                                      skip_overlong=True)
@@ -164,8 +253,11 @@ class ClassifyTask:
 
     def train_data(self, dist: DistInfo) -> Callable[[int], list[TextBatch]]:
         split = self.data.train_split
-        return lambda epoch: _Lazy([lambda b=b, n=n: self.collate(split, b, epoch, n)
-                                    for n, b in enumerate(self.batches(split, epoch, dist, True))])
+
+        def epoch_batches(epoch: int) -> LazyBatches:
+            batches = self.batches(split, epoch, dist, True)
+            return LazyBatches(len(batches), lambda n: self.collate(split, batches[n], epoch, n))
+        return epoch_batches
 
     def valid_data(self) -> Optional[list[TextBatch]]:
         split = self.data.valid_split
@@ -187,7 +279,7 @@ class ClassifyTask:
     @torch.inference_mode()
     def accuracy(self, model, split: str) -> float:
         device = next(model.parameters()).device
-        right = total = 0
+        right = total = 0  # over the examples batched: `batches` counts the ones it skips
         with eval_mode(model):
             for n, b in enumerate(self.batches(split, 0, None, False)):
                 batch = self.collate(split, b, 0, n).to(device)
@@ -206,23 +298,30 @@ class ClassifyTask:
         t = time.monotonic()
         if self.data.test_split not in self.splits:
             self.restore(Path(model_dir))
-        acc = self.accuracy(load_model(model_dir, device=device), self.data.test_split)
-        result = {"split": self.data.test_split, "accuracy": acc, "signature": "accuracy %, argmax of the [CLS] head",
-                  "n_examples": len(self.splits[self.data.test_split][1]), "seconds": time.monotonic() - t,
-                  "detail": f"accuracy {acc:.2f}%"}
-        with atomic_write(Path(model_dir).parent / "test_scores.json") as tmp:
-            tmp.write_text(json.dumps(result, indent=2) + "\n")
+        split = self.data.test_split
+        acc = self.accuracy(load_model(model_dir, device=device), split)
+        dropped = self.drops.of(split)
+        result = {"split": split, "accuracy": acc, "signature": "accuracy %, argmax of the [CLS] head",
+                  "n_examples": len(self.splits[split][1]) - dropped.get("skipped", 0), "dropped": dropped,
+                  "seconds": time.monotonic() - t, "detail": f"accuracy {acc:.2f}%"}
+        write_test_scores(model_dir, result)
         return result
 
     def save_extras(self, model_dir: Path) -> None:
         save_tokenizers(self.tokenizers, model_dir)
-        write_task_info(model_dir, {"task": self.name, "labels": self.labels, "max_length": self.data.max_length})
+        write_task_info(model_dir, {"task": self.name, "labels": self.labels, "max_input_tokens": self.data.max_input_tokens})
+
+
+class MLMPipeline(NoPipeline):
+    task = "mlm"
+    use = "start a classifier from it with train.init_from (recipes/sst2-classify.toml)"
 
 
 class MLMTask(ClassifyTask):
     """Masked-language-model pre-training on the texts of the classification files (labels unused)."""
 
     name = "mlm"
+    pipeline = MLMPipeline
 
     @property
     def mask_id(self) -> int:
@@ -246,8 +345,7 @@ class MLMTask(ClassifyTask):
 
         chosen = batch.targets != PAD_ID  # (B, T): the positions in the loss
         logits = model.mlm_logits(batch.tokens, chosen)  # (M, V)
-        with torch.autocast(logits.device.type, enabled=False):
-            return label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
+        return label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
 
     def n_targets(self, batch: TextBatch) -> int:
         return int((batch.targets != PAD_ID).sum())
@@ -257,43 +355,3 @@ class MLMTask(ClassifyTask):
 
     def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
         return None
-
-
-class _Lazy(Sequence):
-    """A list of batches built on access (an epoch's masks and tensors are not all kept)."""
-
-    def __init__(self, makers):
-        self.makers = makers
-
-    def __len__(self) -> int:
-        return len(self.makers)
-
-    def __getitem__(self, i: int) -> TextBatch:
-        return self.makers[i]()
-
-
-class Classifier:
-    """`Classifier.from_pretrained(DIR).classify(texts)` -> [(label, probability)] per text."""
-
-    def __init__(self, model, tokenizer, labels: list[str], max_length: int):
-        self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length
-
-    @classmethod
-    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "Classifier":
-        from aiayn.models import load_model
-
-        info = read_task_info(model_dir, expect=ClassifyTask.name)
-        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, info["labels"],
-                   info.get("max_length", 256))
-
-    @torch.inference_mode()
-    def classify(self, texts: Sequence[str], batch_size: int = 64) -> list[tuple[str, float]]:
-        device = next(self.model.parameters()).device
-        out: list[tuple[str, float]] = []
-        for start in range(0, len(texts), batch_size):
-            ids = [(self.tokenizer.encode(t)[: self.max_length] or [UNK_ID])
-                   for t in texts[start:start + batch_size]]
-            probs = self.model.classify(pad_sources(ids, PAD_ID, device)).softmax(-1)
-            best = probs.argmax(-1)
-            out += [(self.labels[int(i)], float(p[i])) for i, p in zip(best, probs)]
-        return out

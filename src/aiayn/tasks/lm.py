@@ -11,7 +11,7 @@
                 so a resumed run sees the same data.
     loss        cross-entropy over every position (label smoothing `optim.label_smoothing`)
     validation  the loss on every non-overlapping block of the validation text, in order
-    inference   `Generator` and `aiayn generate`
+    inference   `Generator`: `aiayn generate`, POST /v1/generate
 """
 
 from __future__ import annotations
@@ -20,21 +20,31 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import numpy as np
 import torch
 
 from aiayn.config import PAD_ID
+from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
+from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts
+from aiayn.tasks.settings import VocabSettings, check_fraction
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, label_smoothed_loss
 
 log = logging.getLogger(__name__)
 
-DEFAULT_VALID_FRACTION = 0.1  # nanoGPT's prepare.py: the first 90% of the characters train
+
+@dataclass(frozen=True)
+class LMData(VocabSettings):
+    valid_fraction: float = 0.1  # the last tenth of the characters validates (nanoGPT's prepare.py)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fraction("valid_fraction", self.valid_fraction)
 
 
 @dataclass
@@ -48,18 +58,13 @@ class Blocks:
         return Blocks(self.x.to(device), self.y.to(device))
 
 
-class EpochBlocks(Sequence):
-    """One epoch's random windows, cut on access."""
+def blocks(ids: np.ndarray, starts: np.ndarray, block: int) -> LazyBatches:
+    """Batches of windows cut on access: batch i holds the windows of block + 1 tokens at starts[i]."""
 
-    def __init__(self, ids: np.ndarray, starts: np.ndarray, block: int):
-        self.ids, self.starts, self.block = ids, starts, block  # starts: (batches, rows)
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def __getitem__(self, i: int) -> Blocks:
-        windows = np.stack([self.ids[s:s + self.block + 1] for s in self.starts[i]]).astype(np.int64)
+    def make(i: int) -> Blocks:
+        windows = np.stack([ids[s:s + block + 1] for s in starts[i]]).astype(np.int64)  # (rows, block + 1)
         return Blocks(torch.from_numpy(windows[:, :-1]), torch.from_numpy(windows[:, 1:]))
+    return LazyBatches(len(starts), make)
 
 
 def split_text(text: str, valid_fraction: float) -> tuple[str, str]:
@@ -70,6 +75,7 @@ def split_text(text: str, valid_fraction: float) -> tuple[str, str]:
 
 class LMTask:
     name = "lm"
+    data_config = LMData
 
     def __init__(self, cfg: TrainConfig):
         self.cfg, self.data = cfg, cfg.data
@@ -83,7 +89,7 @@ class LMTask:
         from aiayn.data.corpus import read_text_file
 
         t = time.monotonic()
-        train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction or DEFAULT_VALID_FRACTION)
+        train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction)
         self.tokenizers = run_tokenizers(self.data, run_dir, dist, fresh, lambda: self._build_tokenizers(train))
         tok = self.tokenizers.src
         self.train_ids = np.asarray(tok.encode(train), dtype=np.int32)
@@ -108,13 +114,13 @@ class LMTask:
         size = self.tokenizers.src.vocab_size
         return self.cfg.model.type, self.cfg.model.build(size, size)
 
-    def train_data(self, dist: DistInfo) -> Callable[[int], EpochBlocks]:
+    def train_data(self, dist: DistInfo) -> Callable[[int], LazyBatches]:
         n_batches = max(1, len(self.train_ids) // (self.rows * self.block * dist.world_size))
         high = len(self.train_ids) - self.block - 1
 
         def epoch(e: int) -> EpochBlocks:
             rng = np.random.default_rng([self.cfg.train.seed, e, dist.rank])
-            return EpochBlocks(self.train_ids, rng.integers(0, high + 1, size=(n_batches, self.rows)), self.block)
+            return blocks(self.train_ids, rng.integers(0, high + 1, size=(n_batches, self.rows)), self.block)
 
         return epoch
 
@@ -122,12 +128,11 @@ class LMTask:
         """Every non-overlapping block of the validation tokens, in order."""
         starts = np.arange((len(self.valid_ids) - 1) // self.block) * self.block
         batches = [starts[i:i + self.rows] for i in range(0, len(starts), self.rows)]  # the last may be short
-        return [EpochBlocks(self.valid_ids, b[None], self.block)[0] for b in batches]
+        return [blocks(self.valid_ids, b[None], self.block)[0] for b in batches]
 
     def loss(self, model, batch: Blocks) -> LossSums:
         logits = model(batch.x)  # (B, T, V)
-        with torch.autocast(logits.device.type, enabled=False):
-            return label_smoothed_loss(logits, batch.y, self.cfg.optim.label_smoothing, PAD_ID)
+        return label_smoothed_loss(logits, batch.y, self.cfg.optim.label_smoothing, PAD_ID)
 
     def n_targets(self, batch: Blocks) -> int:
         return batch.y.numel()
@@ -143,25 +148,74 @@ class LMTask:
         write_task_info(model_dir, {"task": self.name, "block": self.block})
 
 
-class Generator:
+@dataclass(frozen=True)
+class GenerateRequest:
+    """The body of /v1/generate (and the options of `aiayn generate`)."""
+
+    prompt: str = "\n"
+    max_new_tokens: int = 200
+    method: str = "sample"
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    seed: Optional[int] = None
+
+
+class Generator(Pipeline):
     """`Generator.from_pretrained(DIR).generate(prompt, max_new_tokens=..., temperature=..., top_k=..., top_p=...)`:
     text sampled from a decoder-only model through the shared sampling code (greedy with
-    `method="greedy"`).
+    `method="greedy"`). As a pipeline, an input is a prompt and an output its continuation.
 
     Text longer than the model's block (learned positions) is generated in windows, with the
     key/value cache inside each: when the block is full, the last half of it becomes the prompt
     of the next window. Every token thus sees between half a block and a block of context, where
-    nanoGPT's `generate` re-runs the last full block for every token, without a cache."""
+    nanoGPT's `generate` re-runs the last full block for every token, without a cache. A prompt
+    longer than the block keeps its last half block, with a warning."""
+
+    task, command = "lm", "generate"
+    routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt"),)
+    max_new_tokens_limit = 2000  # what one HTTP request may ask for
 
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model.eval(), tokenizer
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "Generator":
+    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **options) -> "Generator":
         from aiayn.models import load_model
 
-        read_task_info(model_dir, expect=LMTask.name)
+        read_task_info(model_dir, expect=cls.task)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src)
+
+    def run(self, prompts: list, progress=None, **options) -> list[str]:
+        out = []
+        for prompt in prompts:
+            out.append(self.generate(prompt, **options))
+            if progress is not None:
+                progress(1)
+        return out
+
+    async def generate_route(self, fields: dict, server) -> dict:
+        """{"prompt", "max_new_tokens", "method", "temperature", "top_k", "top_p", "seed"} -> {"text"}."""
+        import dataclasses
+
+        check_fields(fields, [f.name for f in dataclasses.fields(GenerateRequest)])
+        try:
+            r = GenerateRequest(**fields)
+        except TypeError as e:
+            raise RequestError(str(e)) from None
+        check_texts(r.prompt, server.limits, "prompt")
+        if type(r.max_new_tokens) is not int or not 1 <= r.max_new_tokens <= self.max_new_tokens_limit:
+            raise RequestError(f"max_new_tokens must be a whole number from 1 to {self.max_new_tokens_limit}")
+        if r.method not in ("sample", "greedy"):
+            raise RequestError(f"method must be 'sample' or 'greedy', got {r.method!r}")
+        options = {k: v for k, v in dataclasses.asdict(r).items() if k != "prompt"}
+        try:
+            from aiayn.config import SamplingConfig
+
+            SamplingConfig(**{k: options[k] for k in ("temperature", "top_k", "top_p", "seed") if options[k] is not None})
+        except (TypeError, ValueError) as e:
+            raise RequestError(str(e)) from None
+        return {"text": (await server.decode([r.prompt], **options))[0]}
 
     @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
@@ -171,11 +225,16 @@ class Generator:
         from aiayn.decoding.greedy import greedy_search
         from aiayn.decoding.sampling import sample
 
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
         device = next(self.model.parameters()).device
         config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
         generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
         block = self.model.config.max_positions if self.model.max_output_length is not None else None
+        if block is not None and len(ids) >= block:
+            log.warning("a prompt of %d tokens: the first %d dropped (the model's block is %d tokens; the last "
+                        "%d are kept)", len(ids), len(ids) - block // 2, block, block // 2)
         out: list[int] = []
         while len(out) < max_new_tokens:
             history = ids + out
@@ -190,3 +249,12 @@ class Generator:
             if len(new) < n:  # the model ended the text
                 break
         return self.tokenizer.decode(out)
+
+    def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
+        """The causal self-attention over the text of `line` (nothing generated)."""
+        from aiayn.plots.attention import self_attention_maps
+
+        return self_attention_maps(self.model, self.tokenizer, line, "decoder")
+
+
+LMTask.pipeline = Generator

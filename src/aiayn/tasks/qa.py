@@ -1,33 +1,37 @@
 """Question answering (seed 004 §9.3): `context [SEP] question` is encoded, the answer decoded.
 
-    data        `data.format = "babi"`: bAbI story files (`aiayn.data.records.read_babi`; the
-                context of a question is its story so far). `data.train_split` names the files:
+    data        `QAData`. `data.format = "babi"`: bAbI story files (`aiayn.data.records.read_babi`;
+                the context of a question is its story so far). A split names its files:
                 white-space separated glob patterns under `data.corpus`. With
-                `data.valid_fraction` > 0, `data.valid_split` is carved from those files by story
-                (a hash of file name and story number, so it never changes between runs) and the
-                training split is the rest.
+                `data.carve_fraction` > 0, `data.valid_split` is carved from the training files by
+                story (a hash of file name and story number, so it never changes between runs),
+                the training split is the rest, and any other split (the test files) is read whole.
                 `data.format = "jsonl"`: `{corpus}/{split}.jsonl[.gz]` with "context", "question"
                 and "answer" (a string, or a list of accepted answers).
     source      `{context} [SEP] {question}`; "[SEP]" is a piece of its own in the vocabulary.
-                Over `data.max_source_length` tokens, the *start* of the context is cut: the
-                question and the latest facts stay.
+                Over `data.max_input_tokens` tokens, the *start* of the context is cut: the
+                question and the latest facts stay, in training and through every door.
     metrics     exact match and token F1 with SQuAD v1.1's normalisation; for bAbI also the
                 per-task error rate, its mean and the failed tasks (error > 5%).
-    inference   `QA`
+    inference   `QA`: `aiayn answer`, POST /v1/answer
 """
 
 from __future__ import annotations
 
 import glob
-import hashlib
+import json
 import re
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
-from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TaskPipeline
+from aiayn.runtime import stable_hash
+from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, parse_json_line
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
+from aiayn.tasks.settings import TextPairSettings, check, check_fraction
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +56,67 @@ def qa_source(context: str, question: str) -> str:
 def carved(name: str, story: int, fraction: float) -> bool:
     """Whether story `story` of file `name` belongs to the carved validation split: a hash, not a
     random draw, so the split is the same in every run and on every machine."""
-    digest = hashlib.blake2b(f"{name}:{story}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") / 2**64 < fraction
+    return stable_hash(f"{name}:{story}") / 2**64 < fraction
+
+
+@dataclass(frozen=True)
+class QAData(TextPairSettings):
+    format: str = "babi"  # "babi" (bAbI story files) | "jsonl" (context, question, answer records)
+    carve_fraction: float = 0.0  # > 0: valid_split is this share of the training files' stories (by hash)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.format in ("babi", "jsonl"), f"data.format must be 'babi' or 'jsonl', got {self.format!r}")
+        check_fraction("carve_fraction", self.carve_fraction)
+
+
+class QA(TextPipeline):
+    """`QA.from_pretrained(DIR).answer(context, question)` (or `load_pipeline(DIR)([(context,
+    question)])`); with two lists, one answer per pair, batched together. A CLI line is a JSON
+    object with "context" and "question"; its output line is that object with "prediction"."""
+
+    task, command, metric = "qa", "answer", "squad"
+    routes = (Route("POST", "/v1/answer", "answer_route", "answer questions about contexts"),)
+
+    def source(self, given) -> str:
+        context, question = given
+        if not context.strip() or not question.strip():
+            raise RequestError("the context and the question must not be empty")
+        return qa_source(context, question)
+
+    def parse_line(self, line: str):
+        record = parse_json_line(line, ("context", "question"))
+        return record["context"], record["question"]
+
+    def format_line(self, given, output) -> str:
+        context, question = given
+        return json.dumps({"context": context, "question": question, "prediction": self.text(output)},
+                          ensure_ascii=False)
+
+    def answer(self, context: str | Sequence[str], question: str | Sequence[str], **options) -> str | list[str]:
+        """`options`: `Translator.translate` keywords (method, beam_size, progress, ...)."""
+        if isinstance(context, str) != isinstance(question, str):
+            raise TypeError("answer takes a context and a question, or a list of each")
+        if isinstance(context, str):
+            return self([(context, question)], **options)[0]
+        if len(context) != len(question):
+            raise ValueError(f"{len(context)} contexts but {len(question)} questions")
+        return self(list(zip(context, question)), **options)
+
+    async def answer_route(self, fields: dict, server) -> dict:
+        """{"context": ..., "question": ...} (strings, or lists of the same length) -> {"answers": [...]}."""
+        check_fields(fields, ["context", "question"])
+        contexts = check_texts(fields.get("context"), server.limits, "context")
+        questions = check_texts(fields.get("question"), server.limits, "question")
+        if len(contexts) != len(questions):
+            raise RequestError(f"{len(contexts)} contexts but {len(questions)} questions")
+        return {"answers": await server.decode(self.prepare(list(zip(contexts, questions))))}
 
 
 class QATask(Seq2SeqTask):
     name = "qa"
+    data_config = QAData
+    pipeline = QA
     keep = "end"
     user_symbols = (SEP,)
 
@@ -69,30 +128,28 @@ class QATask(Seq2SeqTask):
         data = self.data
         if data.format == "babi":
             return self._babi(split)
-        if data.format != "jsonl":
-            raise ValueError(f"task qa reads data.format 'babi' or 'jsonl', not {data.format!r}")
         from aiayn.data.records import read_jsonl
 
         path = record_file(data.corpus, split)
         records = read_jsonl(path, ("context", "question", "answer"))
-        if records.n_empty:
-            log.info("%s: %d of %d records skipped for an empty field", path, records.n_empty, records.n_read)
+        self.drops.note(split, "empty", records.n_empty, records.n_read, f"{path}: records with an empty field")
         return Examples([qa_source(r["context"], r["question"]) for r in records.rows],
                         [[r["answer"]] if isinstance(r["answer"], str) else list(r["answer"]) for r in records.rows])
 
     def _babi(self, split: str) -> Examples:
-        """Questions of the bAbI files behind `split`, with the carved validation split applied."""
+        """Questions of the bAbI files behind `split`. With a carve, the training split and the carved
+        validation split divide the training files' stories; any other split is read whole."""
         from aiayn.data.records import read_babi
 
         data = self.data
-        carve = data.valid_fraction > 0
-        pattern = data.train_split if carve and split == data.valid_split else split
+        carve = data.carve_fraction > 0 and split in (data.train_split, data.valid_split)
+        pattern = data.train_split if carve else split
         src, refs, groups = [], [], []
         for path in babi_files(data.corpus, pattern):
             if path not in self._parsed:  # each split reads the same files: parse them once
                 self._parsed[path] = read_babi(path)
             for ex in self._parsed[path]:
-                if carve and carved(path.name, ex.story, data.valid_fraction) != (split == data.valid_split):
+                if carve and carved(path.name, ex.story, data.carve_fraction) != (split == data.valid_split):
                     continue
                 src.append(qa_source(" ".join(ex.context), ex.question))
                 refs.append([ex.answer])
@@ -139,20 +196,3 @@ def babi_files(directory: str | Path, patterns: str) -> list[Path]:
 def _task_number(path: Path) -> int:
     digits = "".join(ch for ch in path.name.split("_")[0] if ch.isdigit())
     return int(digits) if digits else 0
-
-
-class QA(TaskPipeline):
-    """`QA.from_pretrained(DIR).answer(context, question)`; with two lists, one answer per pair,
-    batched together."""
-
-    task = QATask.name
-
-    def answer(self, context: str | Sequence[str], question: str | Sequence[str], **overrides) -> str | list[str]:
-        """`overrides`: `Translator.translate` keywords (method, beam_size, progress, ...)."""
-        if isinstance(context, str) != isinstance(question, str):
-            raise TypeError("answer takes a context and a question, or a list of each")
-        if isinstance(context, str):
-            return self.translator.translate([qa_source(context, question)], **overrides)[0]
-        if len(context) != len(question):
-            raise ValueError(f"{len(context)} contexts but {len(question)} questions")
-        return self.translator.translate([qa_source(c, q) for c, q in zip(context, question)], **overrides)

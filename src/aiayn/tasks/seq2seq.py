@@ -7,17 +7,19 @@ measured; everything else is here, once:
 
     vocabulary  `data.tokenizer` (a directory from `aiayn prepare`), else trained once per run
                 on the training text into RUN_DIR/tokenizer (with the task's special symbols)
-    data        `examples(split)` -> token ids; sources over `data.max_source_length` tokens are
-                truncated (and counted), pairs with a side over `data.max_length` are dropped
+    data        `examples(split)` -> token ids; sources over `data.max_input_tokens` tokens are
+                cut at the task's `keep` end, pairs with a side over `data.max_length` are
+                dropped; both are counted (`Drops`: a warning, and test_scores.json)
     loss        label-smoothed cross-entropy (§5.4) summed over target tokens
     validation  greedy decoding of the validation sources, scored by `scores`
-    test        beam search with `[decode]` on `data.test_split`, scored by `report`; writes
-                test.hyp and test_scores.json beside the model directory
-    inference   `aiayn.decoding.translator.Translator` (with `keep`), built from the model
-                directory, whose task.json records what the task needs at inference
+    test        beam search with `[decode]` on `data.test_split` through the task's own
+                pipeline, scored by `report`; writes test.hyp and test_scores.json beside the
+                model directory
+    inference   `TextPipeline`: a `Translator` (or CTranslate2's) set up as the model
+                directory's task.json says, behind every door
 
-A subclass defines `name`, `examples`, `scores` and, if it reports more than it validates,
-`report`.
+A subclass defines `name`, `data_config`, `pipeline`, `examples`, `scores` and, if it reports
+more than it validates, `report`.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from aiayn.config import PAD_ID
-from aiayn.data.batching import Batch
+from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.io import atomic_write
-from aiayn.tasks.base import TASK_FILE, read_task_info, run_tokenizers, write_task_info
-from aiayn.training.config import DataConfig, TrainConfig
+from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
+from aiayn.tasks.pipeline import Pipeline, RequestError, check_texts
+from aiayn.tasks.settings import TextPairSettings
+from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, label_smoothed_loss
 
@@ -74,21 +78,10 @@ class Examples:
                         [self.groups[i] for i in idx] if self.groups else [])
 
 
-class EpochBatches(Sequence):
-    """A rank's batches of one epoch, collated on access (so only indices are kept)."""
-
-    def __init__(self, dataset: ParallelDataset, indices: list[list[int]]):
-        self.dataset, self.indices = dataset, indices
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, i: int) -> Batch:
-        return self.dataset.collate(self.indices[i])
-
-
 class Seq2SeqTask:
     name = ""
+    data_config: type = TextPairSettings
+    pipeline: type = Pipeline  # a `TextPipeline` subclass
     keep = "start"  # which end of an over-long source survives truncation ("end": the question)
     user_symbols: tuple[str, ...] = ()  # pieces of their own in a trained vocabulary, e.g. "[SEP]"
 
@@ -98,6 +91,7 @@ class Seq2SeqTask:
         self.train_set: Optional[ParallelDataset] = None
         self.valid_set: Optional[ParallelDataset] = None
         self.valid_examples: Optional[Examples] = None
+        self.drops = Drops()
 
     # -- what a subclass says ----------------------------------------------------------------
     def examples(self, split: str) -> Examples:
@@ -124,29 +118,33 @@ class Seq2SeqTask:
         data, t = self.data, time.monotonic()
         self.check_test_split()
         self.tokenizers = self._tokenizers(run_dir, dist, fresh)
-        self.train_set = self.dataset(data.train_split).filter(max_len=data.max_length)
+        full = self.dataset(data.train_split)
+        self.train_set = full.filter(max_len=data.max_length)
+        self.drops.note(data.train_split, "too_long", len(full) - len(self.train_set), len(full),
+                        f"a side over data.max_length = {data.max_length} tokens")
         if len(self.train_set) == 0:
             raise ValueError(f"no usable training pairs in {data.corpus} split {data.train_split!r} "
                              f"(all empty, or longer than data.max_length = {data.max_length})")
         if data.valid_split:
             self.valid_set = self.dataset(data.valid_split)
             self.valid_examples = self.valid_subset(self.examples(data.valid_split), data.valid_max_sentences)
-        log.info("data ready in %.1f s: %d training pairs (%d dropped as longer than %d tokens), %d validation",
-                 time.monotonic() - t, len(self.train_set), self.train_set.stats.n_too_long, data.max_length,
-                 len(self.valid_set) if self.valid_set is not None else 0)
+        log.info("data ready in %.1f s: %d training pairs, %d validation", time.monotonic() - t,
+                 len(self.train_set), len(self.valid_set) if self.valid_set is not None else 0)
 
     def dataset(self, split: str) -> ParallelDataset:
-        """Token ids of `split`; sources truncated to `data.max_source_length` (when set) at the task's end."""
-        ex, limit = self.examples(split), self.data.max_source_length
-        src = self.tokenizers.src.encode_batch(ex.src)
-        if limit:
-            n_long = sum(len(s) + 1 > limit for s in src)
-            if n_long:
-                log.info("%s: %d of %d sources truncated to %d tokens (the %s kept)", split, n_long, len(src),
-                         limit, "beginning" if self.keep == "start" else "end")
-            room = limit - 1  # EOS is added at collation
-            src = [s[:room] if self.keep == "start" else s[max(0, len(s) - room):] for s in src]
-        return ParallelDataset.from_ids(src, self.tokenizers.tgt.encode_batch(ex.tgt))
+        """Token ids of `split`, sources cut to `data.max_input_tokens` (EOS included) at the task's end."""
+        ids = self.load(split)
+        limit = self.data.max_input_tokens
+        if not limit:
+            return ids
+        cut, n_cut = ids.cut_sources(limit - 1, self.keep)  # EOS is added at collation
+        self.drops.note(split, "truncated", n_cut, len(ids), f"sources over {limit} tokens, the {self.keep} kept")
+        return cut
+
+    def load(self, split: str) -> ParallelDataset:
+        """Token ids of `split` as read (a subclass may read them through a cache)."""
+        ex = self.examples(split)
+        return ParallelDataset.from_ids(self.tokenizers.src.encode_batch(ex.src), self.tokenizers.tgt.encode_batch(ex.tgt))
 
     def check_test_split(self) -> None:
         """A missing test split is an error now, not after the training."""
@@ -178,19 +176,18 @@ class Seq2SeqTask:
         sampler = self.train_set.sampler(data.max_tokens, seed=self.cfg.train.seed, rank=dist.rank,
                                          world_size=dist.world_size, skip_overlong=True,
                                          sort_by_length=data.batching == "bucket")
-        return lambda epoch: EpochBatches(self.train_set, sampler.batches(epoch))
+        return lambda epoch: _batches(self.train_set, sampler.batches(epoch))
 
     def valid_data(self) -> Optional[list[Batch]]:
         if self.valid_set is None:
             return None
         sampler = self.valid_set.sampler(self.data.max_tokens, shuffle=False, skip_overlong=True)
-        return list(EpochBatches(self.valid_set, sampler.batches(0)))
+        return list(_batches(self.valid_set, sampler.batches(0)))
 
     # -- training -------------------------------------------------------------------------
     def loss(self, model, batch: Batch) -> LossSums:
         logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        with torch.autocast(logits.device.type, enabled=False):  # the loss runs in fp32 (see training.loss)
-            return label_smoothed_loss(logits, batch.tgt_out, self.cfg.optim.label_smoothing, PAD_ID)
+        return label_smoothed_loss(logits, batch.tgt_out, self.cfg.optim.label_smoothing, PAD_ID)
 
     def n_targets(self, batch: Batch) -> int:
         return batch.n_tgt_tokens
@@ -203,7 +200,7 @@ class Seq2SeqTask:
 
     def inference_options(self) -> dict:
         """Translator options that make inference read a source as training did."""
-        return {"keep": self.keep, "max_input_tokens": self.data.max_source_length or None}
+        return {"keep": self.keep, "max_input_tokens": self.data.max_input_tokens or None}
 
     def validate(self, model) -> dict[str, float]:
         """`scores` of greedy outputs on the validation examples, when `train.bleu` (decode at validation)."""
@@ -213,24 +210,24 @@ class Seq2SeqTask:
         return self.scores(hyps, self.valid_examples)
 
     def test(self, model_dir: Path, device, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
-        """`report` of the model in `model_dir` on `data.test_split`, decoded with `[decode]`.
-        Writes test.hyp and test_scores.json beside `model_dir`. None without a test split."""
+        """`report` of the model in `model_dir` on `data.test_split`, decoded with `[decode]` through
+        the task's pipeline (the door every user goes through). Writes test.hyp and test_scores.json
+        beside `model_dir`. None without a test split."""
         if not self.data.test_split:
             return None
-        from aiayn.decoding.translator import Translator
-
-        t, out_dir = time.monotonic(), Path(model_dir).parent
-        ex = self.examples(self.data.test_split)
-        translator = Translator.from_pretrained(model_dir, device=device, decode=self.cfg.decode,
-                                                **self.inference_options())
-        hyps = translator.translate(ex.src, progress=progress)
-        result = {"split": self.data.test_split, **self.report(hyps, ex), "beam_size": self.cfg.decode.beam_size,
+        t, split = time.monotonic(), self.data.test_split
+        ex = self.examples(split)
+        pipeline = self.pipeline.from_pretrained(model_dir, device=device, decode=self.cfg.decode)
+        cut = pipeline.count_cut(ex.src)
+        self.drops.note(split, "truncated", cut, len(ex.src), f"sources over {pipeline.translator.max_input_tokens} "
+                                                             f"tokens, the {pipeline.translator.keep} kept")
+        hyps = pipeline.run(ex.src, progress=progress)
+        result = {"split": split, **self.report(hyps, ex), "beam_size": self.cfg.decode.beam_size,
                   "length_penalty": self.cfg.decode.length_penalty, "n_sentences": len(hyps),
-                  "seconds": time.monotonic() - t}
-        with atomic_write(out_dir / "test.hyp") as tmp:
+                  "dropped": self.drops.of(split), "seconds": time.monotonic() - t}
+        with atomic_write(Path(model_dir).parent / "test.hyp") as tmp:
             tmp.write_text("".join(" ".join(h.splitlines()) + "\n" for h in hyps), encoding="utf-8")
-        with atomic_write(out_dir / "test_scores.json") as tmp:
-            tmp.write_text(json.dumps(result, indent=2) + "\n")
+        write_test_scores(model_dir, result)
         return result
 
     def save_extras(self, model_dir: Path) -> None:
@@ -240,7 +237,12 @@ class Seq2SeqTask:
                                     **self.inference_options(), **self.task_info()})
 
 
-def build_tokenizers(data: DataConfig, src: Sequence[str], tgt: Sequence[str], seed: int,
+def _batches(dataset: ParallelDataset, indices: list[list[int]]) -> LazyBatches:
+    """A rank's batches of one epoch, collated on access (so only indices are kept)."""
+    return LazyBatches(len(indices), lambda i: dataset.collate(indices[i]))
+
+
+def build_tokenizers(data, src: Sequence[str], tgt: Sequence[str], seed: int,
                      user_symbols: Sequence[str] = ()) -> TokenizerPair:
     """Whitespace symbols, or sentencepiece trained on the training text (joint by default, §3.4)."""
     if data.vocab_type == "symbols":
@@ -249,41 +251,123 @@ def build_tokenizers(data: DataConfig, src: Sequence[str], tgt: Sequence[str], s
 
             return TokenizerPair.shared(SymbolTokenizer(symbols(data.n_symbols)))
         side = lambda texts: sorted({w for t in texts for w in t.split()} | set(user_symbols))  # noqa: E731
-        if data.joint_vocab:
+        if not tgt or data.joint_vocab:  # one side (a classifier's texts) is one vocabulary
             return TokenizerPair.shared(SymbolTokenizer(side(list(src) + list(tgt))))
         return TokenizerPair(SymbolTokenizer(side(src)), SymbolTokenizer(side(tgt)))
     from aiayn.data.tokenizer import train_tokenizers
 
     return train_tokenizers(src, tgt, vocab_size=data.vocab_size, model_type=data.vocab_type,
-                            joint=data.joint_vocab, seed=seed, user_symbols=user_symbols)
+                            joint=not tgt or data.joint_vocab, seed=seed, user_symbols=user_symbols)
 
 
-class TaskPipeline:
-    """Inference for one text-to-text task: a `Translator` built the way the task's model
-    directory says (task.json: its decoding defaults, how long sources are cut). Subclasses add
-    the task's own call (`Summarizer.summarize`, `QA.answer`); batching and the key/value cache
-    are the Translator's."""
+BACKENDS = ("native", "ctranslate2")
 
-    task = ""
 
-    def __init__(self, translator):
-        self.translator = translator
+class TextPipeline(Pipeline):
+    """The door of a text-to-text task: a translator (aiayn's `Translator`, or with
+    `backend="ctranslate2"` a `CT2Translator` on an `aiayn export ctranslate2` directory) set up
+    as the model directory's task.json says: its decoding defaults and how long sources are cut.
+    A subclass says how an input becomes a source (`source`) and adds its routes."""
+
+    backends = BACKENDS
+
+    def __init__(self, translator, info: dict, backend: str = "native"):
+        self.translator, self.info, self.backend = translator, info, backend
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs):
-        """Load a model directory written by `aiayn train` for this task. `kwargs` go to `Translator`
-        (decode, sampling, max_input_tokens, batch_tokens) and win over task.json."""
-        read_task_info(model_dir, expect=cls.task)
-        return cls(load_translator(model_dir, device, **kwargs))
+    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", backend: str = "native",
+                        **options) -> "TextPipeline":
+        """`options` go to the translator (decode, sampling, max_input_tokens, batch_tokens) and win over
+        task.json when not None."""
+        info = read_task_info(model_dir, expect=cls.task)
+        return cls(load_backend(backend, model_dir, device, info, options), info, backend)
+
+    def source(self, given) -> str:
+        return given
+
+    def prepare(self, inputs) -> list[str]:
+        return [self.source(x) for x in inputs]
+
+    def count_cut(self, sources: list[str]) -> int:
+        """How many of `sources` the translator will cut (it warns when it does)."""
+        limit = self.translator.max_input_tokens
+        return sum(len(self.translator.tokenizers.src.encode(s)) + 1 > limit for s in sources) if limit else 0
+
+    def run(self, sources: list[str], progress=None, nbest: Optional[int] = None, return_attention: bool = False,
+            **options) -> list:
+        """Outputs of `sources`: texts, or (text, score) n-best lists with `nbest`; with
+        `return_attention`, each paired with the 1-best's cross-attention (`cross_attention`)."""
+        results = self.translator.translate(sources, nbest=nbest, progress=progress, **options)
+        if not return_attention:
+            return results
+        if self.backend != "native":
+            raise RequestError(f"return_attention: attention weights are not available with the {self.backend} backend", 400)
+        decode, _ = self.translator.settings(options, nbest)  # the length limits these outputs had
+        best = [r if isinstance(r, str) else r[0][0] for r in results]
+        return [(r, cross_attention(self.translator, s, b, decode)) for s, r, b in zip(sources, results, best)]
+
+    def session(self, return_attention: bool = False, **options):
+        return None if return_attention else self.translator.continuous(**options)
+
+    def text(self, output) -> str:
+        return output if isinstance(output, str) else output[0][0]
+
+    def attention(self, line: str, max_len_a: Optional[float] = None, max_len_b: Optional[int] = None):
+        """The attention maps of the greedy output for one input line, its source cut as the door cuts
+        it; the output length limit is the directory's unless given."""
+        from aiayn.decoding.common import encode_source
+        from aiayn.plots.attention import attention_maps
+
+        tr = self.translator
+        ids = encode_source(tr.tokenizers.src, self.prepare([self.parse_line(line)])[0], tr.max_input_tokens, tr.keep)
+        if len(ids) < 2:
+            raise ValueError("the sentence to translate is empty")
+        a = tr.decode.max_len_a if max_len_a is None else max_len_a
+        return attention_maps(tr.model, tr.tokenizers, ids, a, tr.decode.max_len_b if max_len_b is None else max_len_b)
+
+    async def texts_route(self, fields: dict, server, field: str, answer: str) -> dict:
+        """A route that takes `field` (a text or a list) and answers {answer: [outputs]}."""
+        from aiayn.tasks.pipeline import check_fields
+
+        check_fields(fields, [field])
+        texts = check_texts(fields.get(field), server.limits, field)
+        return {answer: await server.decode(self.prepare(texts))}
 
 
-def load_translator(model_dir: str | Path, device: str | torch.device = "cpu", **kwargs):
-    """A `Translator` for `model_dir` set up as its task.json says (decoding defaults, how sources
-    are cut); `kwargs` that are not None win over it."""
+def load_backend(backend: str, model_dir: str | Path, device, info: dict, options: dict):
+    """The translator of `model_dir`: aiayn's `Translator` ("native") or, for a directory written by
+    `aiayn export ctranslate2`, a `CT2Translator` ("ctranslate2"); both set up as task.json says."""
+    from aiayn.export import MANIFEST
+
+    options = {**translator_options(info), **{k: v for k, v in options.items() if v is not None}}
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    if backend == "ctranslate2":
+        from aiayn.export.ct2_translator import CT2Translator
+
+        return CT2Translator.from_pretrained(model_dir, device=device, **options)
+    if (Path(model_dir) / MANIFEST).is_file():
+        raise ValueError(f"{model_dir}: a CTranslate2 export ({MANIFEST}); serve it with --backend ctranslate2")
     from aiayn.decoding.translator import Translator
 
-    options = {**translator_options(read_task_info(model_dir)), **{k: v for k, v in kwargs.items() if v is not None}}
     return Translator.from_pretrained(model_dir, device=device, **options)
+
+
+def cross_attention(translator, source: str, output: str, decode) -> dict:
+    """The encoder-decoder attention of `output` given `source` (one teacher-forced pass of the
+    output's tokens, re-encoded from its text, with the EOS that ended it unless `decode`'s length
+    limit did): layers x heads x target x source, with the pieces."""
+    from aiayn.config import BOS_ID
+    from aiayn.decoding.common import encode_source
+    from aiayn.plots.attention import forward_attention, with_end
+
+    tok, device = translator.tokenizers, translator.device
+    src = torch.tensor([encode_source(tok.src, source, translator.max_input_tokens, translator.keep)], device=device)
+    out = with_end(translator.model, src, tok.tgt.encode(output), decode.max_len_a, decode.max_len_b)
+    _, _, per_layer = forward_attention(translator.model, src, torch.tensor([[BOS_ID, *out[:-1]]], device=device))
+    cross = torch.stack([w[0] for w in per_layer]).float().cpu()  # (L, H, T, S)
+    return {"weights": [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in cross.tolist()],
+            "source": tok.src.pieces(src[0].tolist()), "target": tok.tgt.pieces(out)}
 
 
 def translator_options(info: dict) -> dict:

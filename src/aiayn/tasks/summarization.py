@@ -1,28 +1,32 @@
 """Summarization (seed 004 §9.2): a long text is encoded and its summary is decoded.
 
-    data        `data.format = "jsonl"`: `{corpus}/{split}.jsonl[.gz]` records with the fields
+    data        `SummarizationData`. `data.format = "jsonl"`: `{corpus}/{split}.jsonl[.gz]` records with the fields
                 `data.source_field` (default "text") and `data.target_field` ("summary"), plus
                 `data.reference_fields` as more references for scoring; or "parallel": a pair
                 of line-aligned files `{corpus}/{split}.{src_lang}[.gz]`, `.{tgt_lang}[.gz]`.
                 Text is flattened to one line (runs of white space -> one space). Over-long
-                inputs are truncated to `data.max_source_length` tokens, keeping the beginning,
-                and counted; none is dropped for its length.
+                inputs are cut to `data.max_input_tokens` tokens, keeping the beginning, and
+                counted; none is dropped for its length. Records with an empty field are
+                skipped and counted.
     metrics     ROUGE-1/2/L F1 (`rouge-score`, Google's reimplementation of ROUGE-1.5.5, Porter
                 stemming), mean over examples. With several references an example scores the
                 maximum over them. PEGASUS scores AESLC against the original subject only, so
                 the test report gives both: the first reference, and the max over all.
     baseline    the test report adds "lead-n": the first n words of the input for each n in
                 LEAD_WORDS, scored the same way, so a reader sees what the model adds.
-    inference   `Summarizer`
+    inference   `Summarizer`: `aiayn summarize`, POST /v1/summarize
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Sequence
 
 from aiayn.data.records import record_file
-from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TaskPipeline
+from aiayn.tasks.pipeline import Route
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
+from aiayn.tasks.settings import TextPairSettings, check
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +43,43 @@ def lead(text: str, n: int = LEAD_WORDS[0]) -> str:
     return " ".join(text.split()[:n])
 
 
+@dataclass(frozen=True)
+class SummarizationData(TextPairSettings):
+    format: str = "jsonl"  # "jsonl" (records) | "parallel" (line-aligned {split}.{src_lang} and .{tgt_lang})
+    source_field: str = "text"  # jsonl: the input field
+    target_field: str = "summary"  # jsonl: the output field (the training target)
+    reference_fields: tuple[str, ...] = ()  # more references for scoring (the score is the max over them)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "reference_fields", tuple(self.reference_fields))
+        check(self.format in ("jsonl", "parallel"), f"data.format must be 'jsonl' or 'parallel', got {self.format!r}")
+
+
+class Summarizer(TextPipeline):
+    """`Summarizer.from_pretrained(DIR).summarize(texts)` (or `load_pipeline(DIR)(texts)`): one summary
+    per text, in order, batched by length and decoded with the model directory's defaults
+    (overridable per call)."""
+
+    task, command, metric = "summarization", "summarize", "rouge"
+    routes = (Route("POST", "/v1/summarize", "summarize_route", "summarize texts"),)
+
+    def source(self, given: str) -> str:
+        return flatten(given)
+
+    def summarize(self, texts: Sequence[str], **options) -> list[str]:
+        """`options`: `Translator.translate` keywords (method, beam_size, progress, ...)."""
+        return self(texts, **options)
+
+    async def summarize_route(self, fields: dict, server) -> dict:
+        """{"text": a text or a list} -> {"summaries": [...]}."""
+        return await self.texts_route(fields, server, "text", "summaries")
+
+
 class SummarizationTask(Seq2SeqTask):
     name = "summarization"
+    data_config = SummarizationData
+    pipeline = Summarizer
 
     def examples(self, split: str) -> Examples:
         data = self.data
@@ -49,15 +88,12 @@ class SummarizationTask(Seq2SeqTask):
 
             corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang))
             return Examples([flatten(s) for s in corpus.src], [[flatten(t)] for t in corpus.tgt])
-        if data.format != "jsonl":
-            raise ValueError(f"task summarization reads data.format 'jsonl' or 'parallel', not {data.format!r}")
         from aiayn.data.records import read_jsonl
 
         path = record_file(data.corpus, split)
         fields = (data.target_field, *data.reference_fields)  # the training split may lack the extra references
         records = read_jsonl(path, (data.source_field, data.target_field), optional=data.reference_fields)
-        if records.n_empty:
-            log.info("%s: %d of %d records skipped for an empty field", path, records.n_empty, records.n_read)
+        self.drops.note(split, "empty", records.n_empty, records.n_read, f"{path}: records with an empty field")
         refs = [[flatten(r) for f in fields if f in row for r in _as_list(row[f])] for row in records.rows]
         return Examples([flatten(row[data.source_field]) for row in records.rows], refs)
 
@@ -85,14 +121,3 @@ class SummarizationTask(Seq2SeqTask):
 
 def _as_list(value) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
-
-
-class Summarizer(TaskPipeline):
-    """`Summarizer.from_pretrained(DIR).summarize(texts)`: one summary per text, in order,
-    batched by length and decoded with the model directory's defaults (overridable per call)."""
-
-    task = SummarizationTask.name
-
-    def summarize(self, texts: Sequence[str], **overrides) -> list[str]:
-        """`overrides`: `Translator.translate` keywords (method, beam_size, progress, ...)."""
-        return self.translator.translate([flatten(t) for t in texts], **overrides)

@@ -5,35 +5,167 @@
                 fills; or the built-in synthetic task. Source = ids + EOS, target BOS + y -> y + EOS.
     validation  greedy sacreBLEU on the validation text (`train.bleu`)
     test        beam search with `[decode]` (beam 4, α 0.6) on `data.test_split`: sacreBLEU
-    inference   `aiayn.decoding.translator.Translator`
+    inference   `TranslationPipeline`: `aiayn translate`, LibreTranslate's /translate and /languages,
+                and /v1/translate (decoding options, n-best lists, attention)
 
 Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.seq2seq`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from aiayn.data.preprocess import ParallelDataset, load_parallel
 from aiayn.tasks.base import TOKENIZER_DIR
-from aiayn.tasks.seq2seq import Examples, Seq2SeqTask
-from aiayn.training.config import DataConfig
+from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
+from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
-__all__ = ["TOKENIZER_DIR", "TranslationTask", "read_text"]
+__all__ = ["TOKENIZER_DIR", "TranslationData", "TranslationTask", "TranslationPipeline", "read_text"]
+
+
+@dataclass(frozen=True)
+class TranslationData(TextPairSettings):
+    """corpus: "synthetic" (the built-in task `task`, see aiayn.data.synthetic), a registered
+    corpus name ("multi30k", ...; looked up in `data_dir`, else downloaded), a directory of
+    `{split}.{lang}[.gz]` files, or a TSV file (see aiayn.data.corpus.resolve_source)."""
+
+    corpus: str = "synthetic"
+    data_dir: str = ""  # local copy of a registered corpus; "" = $AIAYN_DATA_DIR or download
+    # the synthetic corpus only
+    task: str = "reverse"
+    n_train: int = 20000
+    n_valid: int = 200
+    n_symbols: int = 10
+    min_len: int = 3
+    max_len: int = 10
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self, "n_train", "n_valid", "n_symbols")
+        check(1 <= self.min_len <= self.max_len, f"data: need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
+        check(self.src_lang != self.tgt_lang or self.corpus == "synthetic",
+              f"data.src_lang and data.tgt_lang are both {self.src_lang!r}")
+
+
+class TranslationPipeline(TextPipeline):
+    """`load_pipeline(DIR)` of a translation model; `pipeline.translate(texts, **options)`."""
+
+    task, command, metric = "translation", "translate", "bleu"
+    routes = (Route("POST", "/translate", "libretranslate", "LibreTranslate-compatible translation"),
+              Route("GET", "/languages", "languages", "the model's language pair, LibreTranslate style", False),
+              Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention"))
+
+    def translate(self, texts, **options) -> list:
+        return self(texts, **options)
+
+    def pair(self) -> tuple[str, str]:
+        pair = self.info.get("languages") or ["src", "tgt"]
+        return pair[0], pair[1]
+
+    async def libretranslate(self, fields: dict, server) -> dict:
+        """`q` (a string or a list), `source`, `target`, `format` -> {"translatedText": ...}."""
+        check_fields(fields, ["q", "source", "target", "format", "alternatives"])
+        source, target = self.pair()
+        for name, want in (("source", source), ("target", target)):
+            given = fields.get(name)
+            if given not in (None, "", "auto", want) and self.info.get("languages"):
+                raise RequestError(f"this server translates {source} -> {target}; {name} {given!r} is not served", 400)
+        if fields.get("format", "text") != "text":
+            raise RequestError(f"format must be 'text', got {fields.get('format')!r}")
+        if "q" not in fields:
+            raise RequestError("missing field q")
+        results = await server.decode(check_texts(fields["q"], server.limits, "q"))
+        return {"translatedText": results if isinstance(fields["q"], list) else results[0]}
+
+    async def languages(self, fields: dict, server) -> list:
+        source, target = self.pair()
+        return [{"code": source, "name": source, "targets": [target]}]
+
+    async def native(self, fields: dict, server) -> dict:
+        """{"text": [...], "method", "beam_size", "length_penalty", "max_len_b", "nbest",
+        "no_repeat_ngram_size", "return_attention"} -> hypotheses with scores (and attention)."""
+        r = NativeRequest.read(fields, server.limits)
+        if r.return_attention and self.backend != "native":
+            raise RequestError(f"return_attention: attention weights are not available with the {self.backend} backend", 400)
+        beam = r.beam_size if r.method == "beam" else 1
+        if r.nbest > 1 and r.nbest > beam:
+            raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
+        results = await server.decode(r.text, method=r.method, beam_size=beam, length_penalty=r.length_penalty,
+                                      max_len_b=r.max_len_b, no_repeat_ngram_size=r.no_repeat_ngram_size,
+                                      nbest=r.nbest if beam > 1 else None, return_attention=r.return_attention)
+        return {"translations": [_native_result(x) for x in results]}
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    """The body of /v1/translate: only these fields, each bounded by the server's limits."""
+
+    text: list
+    method: Literal["beam", "greedy"] = "beam"
+    beam_size: int = 4
+    length_penalty: float = 0.6
+    max_len_b: int = 50
+    nbest: int = 1
+    no_repeat_ngram_size: int = 0
+    return_attention: bool = False
+
+    @classmethod
+    def read(cls, fields: dict, limits) -> "NativeRequest":
+        import dataclasses
+        import math
+
+        names = [f.name for f in dataclasses.fields(cls)]
+        check_fields(fields, names)
+        if "text" not in fields:
+            raise RequestError("missing field text")
+        r = cls(**{k: v for k, v in fields.items() if k in names})
+        if r.method not in ("beam", "greedy"):
+            raise RequestError(f"method must be 'beam' or 'greedy', got {r.method!r}")
+        bounds = {"beam_size": (1, limits.max_beam), "nbest": (1, limits.max_beam), "max_len_b": (1, limits.max_len_b),
+                  "no_repeat_ngram_size": (0, limits.max_len_b)}
+        for name, (low, high) in bounds.items():
+            value = getattr(r, name)
+            if type(value) is not int or not low <= value <= high:
+                raise RequestError(f"{name} must be a whole number from {low} to {high}")
+        if type(r.length_penalty) not in (int, float) or not (math.isfinite(r.length_penalty) and 0 <= r.length_penalty <= 2):
+            raise RequestError("length_penalty must be a number from 0 to 2")
+        if not isinstance(r.return_attention, bool):
+            raise RequestError("return_attention must be true or false")
+        if not isinstance(r.text, list):
+            raise RequestError("text must be a non-empty list of strings")
+        return dataclasses.replace(r, text=check_texts(r.text, limits, "text"))
+
+
+def _native_result(result) -> dict:
+    hyps, attention = result if isinstance(result, tuple) else (result, None)
+    if isinstance(hyps, str):
+        hyps = [(hyps, None)]
+    out = {"text": hyps[0][0], "hypotheses": [{"text": t, "score": s} for t, s in hyps]}
+    if attention is not None:
+        out["attention"] = attention
+    return out
 
 
 class TranslationTask(Seq2SeqTask):
     name = "translation"
+    data_config = TranslationData
+    pipeline = TranslationPipeline
 
     def examples(self, split: str) -> Examples:
         return read_text(self.data, split, self.cfg.train.seed)
 
-    def dataset(self, split: str) -> ParallelDataset:
+    def load(self, split: str) -> ParallelDataset:
         """Token ids of `split`: through `load_parallel` and its cache, or the synthetic task's pairs."""
         data = self.data
         if data.corpus == "synthetic":
             ex = self.examples(split)
             return ParallelDataset.from_corpus(list(zip(ex.src, ex.tgt)), self.tokenizers)
-        return load_parallel(data.corpus, self.tokenizers, split=split, langs=(data.src_lang, data.tgt_lang),
-                             data_dir=data.data_dir or None)
+        ids = load_parallel(data.corpus, self.tokenizers, split=split, langs=(data.src_lang, data.tgt_lang),
+                            data_dir=data.data_dir or None)
+        self.drops.note(split, "empty", ids.stats.n_empty, ids.stats.n_read, "pairs with an empty side")
+        return ids
 
     def check_test_split(self) -> None:
         """The test split's files exist (found without reading them)."""
@@ -58,7 +190,7 @@ class TranslationTask(Seq2SeqTask):
         return {"bleu": score.score, "detail": score.detail, "signature": score.signature}
 
 
-def read_text(data: DataConfig, split: str, seed: int) -> Examples:
+def read_text(data: TranslationData, split: str, seed: int) -> Examples:
     """Raw sentence pairs of `split`: the corpus' text, or the synthetic task's."""
     if data.corpus == "synthetic":
         from aiayn.data.synthetic import synthetic_pairs

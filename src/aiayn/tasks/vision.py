@@ -8,20 +8,26 @@
                 (B, N, patch²) for N = (8 / patch)² patches; the model maps them linearly to
                 d_model and puts a learned [CLS] vector first (`aiayn.models.encoder_only`)
     loss, metrics  as `aiayn.tasks.classify` (cross-entropy of the [CLS] head; accuracy)
+    inference   `ImageClassifier`: `aiayn classify` with one image per line (a JSON array of pixel
+                rows in [0, 1]), POST /v1/classify {"image": ...}; `aiayn plot attention --image N`
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from aiayn.tasks.classify import ClassifyTask, TextBatch
-from aiayn.tasks.base import write_task_info
+from aiayn.tasks.base import read_task_info, write_task_info
+from aiayn.tasks.classify import Classifier, ClassifyTask, TextBatch, refuse_options
+from aiayn.tasks.pipeline import RequestError, Route, check_fields
+from aiayn.tasks.settings import SplitSettings, check_positive
 from aiayn.training.distributed import SINGLE, DistInfo
 
 log = logging.getLogger(__name__)
@@ -59,8 +65,95 @@ def split_indices(n: int, split: str) -> np.ndarray:
     return order[lo:hi]
 
 
+@dataclass(frozen=True)
+class ImageData(SplitSettings):
+    corpus: str = "sklearn:digits"
+    valid_split: str = "valid"
+    patch_size: int = 2  # the side of the square patches (ViT)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self, "patch_size")
+
+
+class ImageClassifier(Classifier):
+    """`load_pipeline(DIR)([image, ...])` -> [(label, probability)]: an image is (H, W) pixels in [0, 1]."""
+
+    task, command, metric = "image-classify", "classify", "accuracy"
+    routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])"),)
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str | Path, device="cpu", **options) -> "ImageClassifier":
+        from aiayn.models import load_model
+
+        info = read_task_info(model_dir, expect=cls.task)
+        return cls(load_model(model_dir, device=device), None, info["labels"], int(info["patch_size"]))
+
+    @property
+    def patch_size(self) -> int:
+        return self.max_length  # the Classifier's length field holds the patch side here
+
+    def prepare(self, images: Sequence) -> list[np.ndarray]:
+        """Images -> (N, p²) patches each; an image that is not a grid of numbers in [0, 1] is an error."""
+        out = []
+        for image in images:
+            pixels = np.asarray(image, dtype=np.float32)
+            if pixels.ndim != 2 or not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 1:
+                raise RequestError("an image is a list of pixel rows, each a list of numbers in [0, 1]")
+            try:
+                out.append(patches(pixels[None], self.patch_size)[0])
+            except ValueError as e:
+                raise RequestError(str(e)) from None
+        return out
+
+    def run(self, items: list, progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
+        refuse_options(self.task, options)
+        return self.decide(items, progress, batch_size)
+
+    def batch(self, inputs: list, device) -> torch.Tensor:
+        return torch.from_numpy(np.stack(inputs)).to(device)  # (B, N, p²)
+
+    def parse_line(self, line: str):
+        try:
+            return json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not a JSON array of pixel rows ({e})") from None
+
+    async def classify_route(self, fields: dict, server) -> dict:
+        """{"image": pixel rows, or a list of images} -> {"labels": [{"label", "probability"}]}."""
+        check_fields(fields, ["image"])
+        image = fields.get("image")
+        images = image if isinstance(image, list) and image and _is_grid(image[0]) else [image]
+        if len(images) > server.limits.max_texts:
+            raise RequestError(f"{len(images)} images in one request; at most {server.limits.max_texts}", 413)
+        return {"labels": [{"label": label, "probability": p}
+                           for label, p in await server.decode(self.prepare(images))]}
+
+    def attention(self, line: str, **output_limits):
+        """[CLS]'s attention to the patches of test image number `line` of the digits."""
+        from aiayn.plots.patches import patch_attention
+
+        try:
+            index = int(line)
+        except ValueError:
+            raise ValueError(f"a ViT's attention is drawn for a test image's number, got {line!r}") from None
+        images, labels = load_digits()
+        chosen = split_indices(len(labels), "test")
+        if not 0 <= index < len(chosen):
+            raise ValueError(f"image {index} out of range: the test split has images 0..{len(chosen) - 1}")
+        image = images[chosen[index]]
+        return patch_attention(self.model, image, self.patch_size, patches(image[None], self.patch_size)[0],
+                               self.labels, self.labels[int(labels[chosen[index]])])
+
+
+def _is_grid(value) -> bool:
+    return isinstance(value, list) and bool(value) and isinstance(value[0], list)
+
+
 class ImageClassifyTask(ClassifyTask):
     name = "image-classify"
+    data_config = ImageData
+    pipeline = ImageClassifier
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
         if self.data.corpus != "sklearn:digits":

@@ -3,7 +3,7 @@
     [model]   preset = "small" plus any `TransformerConfig` field as an override
     [optim]   `OptimConfig` fields (label smoothing, Adam, warmup, clipping)
     [decode]  `DecodeConfig` fields (used for the test-time settings of the recipe)
-    [data]    `DataConfig`: corpus, languages, vocabulary, batch size in tokens
+    [data]    the task's own settings class (`Task.data_config`): corpus, vocabulary, batch size
     [train]   `RunConfig`: budget, schedule, precision, checkpoints, validation
 
 Paper defaults live in `aiayn.config`; the fields here that are not the paper's have
@@ -24,13 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from aiayn.config import ConfigError, DecodeConfig, OptimConfig, TransformerConfig, check_types
-from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
+from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types
 from aiayn.io import atomic_write
+from aiayn.models import DEFAULT_MODEL_TYPE
+from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
 
 PRECISIONS = ("fp32", "bf16", "fp16")
-VOCAB_TYPES = ("bpe", "unigram", "symbols", "chars")
-DATA_FORMATS = ("parallel", "jsonl", "babi", "text")
 CONFIG_NAME = "config.toml"
 
 
@@ -47,7 +46,7 @@ class ModelSpec:
 
     preset: str = "base"
     overrides: tuple[tuple[str, Any], ...] = ()
-    type: str = "encoder-decoder"
+    type: str = DEFAULT_MODEL_TYPE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", tuple(sorted(dict(self.overrides).items())))
@@ -65,12 +64,7 @@ class ModelSpec:
         unknown = sorted(set(dict(self.overrides)) - fields)
         _check(not unknown, f"unknown model key(s): {', '.join(unknown)}; known: type, preset, {', '.join(sorted(fields))}")
         check_types(config_class, dict(self.overrides), prefix="model.")
-        if config_class is TransformerConfig:
-            return TransformerConfig.preset(self.preset, src_vocab_size=src_vocab_size,
-                                            tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
-        if "vocab_size" in fields:  # one vocabulary: a language model
-            return config_class(vocab_size=src_vocab_size, **dict(self.overrides))
-        return config_class(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **dict(self.overrides))
+        return config_class.for_vocab(self.preset, src_vocab_size, tgt_vocab_size, **dict(self.overrides))
 
     def to_dict(self) -> dict:
         return {"type": self.type, "preset": self.preset, **dict(self.overrides)}
@@ -82,63 +76,6 @@ class ModelSpec:
         _check(isinstance(preset, str) and isinstance(kind, str),
                f"model.preset and model.type must be strings, got {preset!r}, {kind!r}")
         return cls(preset=preset, overrides=tuple(data.items()), type=kind)
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Where the parallel text comes from and how it becomes batches.
-
-    corpus: "synthetic" (the built-in task `task`, see aiayn.data.synthetic), a registered
-    corpus name ("multi30k", ...; looked up in `data_dir`, else downloaded), a directory of
-    `{split}.{lang}[.gz]` files, or a TSV file (see aiayn.data.corpus.resolve_source).
-    """
-
-    corpus: str = "synthetic"
-    data_dir: str = ""  # local copy of a registered corpus; "" = $AIAYN_DATA_DIR or download
-    src_lang: str = "src"
-    tgt_lang: str = "tgt"
-    train_split: str = "train"
-    valid_split: str = "val"
-    test_split: str = ""  # "" = none
-    tokenizer: str = ""  # a directory holding tokenizer.json (e.g. from `aiayn prepare --out`); "" = train one per run
-    vocab_type: str = "bpe"  # "bpe" | "unigram" (sentencepiece) | "symbols" (whitespace symbols)
-    vocab_size: int = DEFAULT_VOCAB_SIZE  # sentencepiece only; "symbols" takes the symbols of the training data
-    joint_vocab: bool = True  # one vocabulary for both languages (§3.4)
-    max_tokens: int = 4096  # per micro-batch: padded source + padded target elements (src.numel() + tgt_in.numel())
-    batching: str = "bucket"  # "bucket": length-sorted token buckets (aiayn.data); "random": mixed lengths
-    max_length: int = 256  # training pairs with a longer side (in tokens) are dropped
-    valid_max_sentences: int = 0  # validation BLEU on the first N sentences (the loss on all); 0 = all
-    # summarization and question answering (aiayn.tasks.summarization, aiayn.tasks.qa)
-    format: str = "parallel"  # "parallel" (as above) | "jsonl" (records) | "babi" (bAbI story files) | "text" (lm)
-    source_field: str = "text"  # jsonl summarization: the input field
-    target_field: str = "summary"  # jsonl summarization: the output field (the training target)
-    reference_fields: tuple[str, ...] = ()  # more references for scoring (the score is the max over them)
-    max_source_length: int = 0  # > 0: longer sources are truncated to this many tokens (counted), not dropped
-    valid_fraction: float = 0.0  # > 0: valid_split is carved from the training files (seeded, by story)
-    patch_size: int = 2  # image-classify: the side of the square patches (ViT)
-    # synthetic task only
-    task: str = "reverse"
-    n_train: int = 20000
-    n_valid: int = 200
-    n_symbols: int = 10
-    min_len: int = 3
-    max_len: int = 10
-
-    def __post_init__(self) -> None:
-        _check(self.vocab_type in VOCAB_TYPES,
-               f"data.vocab_type must be one of {', '.join(VOCAB_TYPES)}, got {self.vocab_type!r}")
-        _check(self.batching in ("bucket", "random"),
-               f"data.batching must be 'bucket' or 'random', got {self.batching!r}")
-        object.__setattr__(self, "reference_fields", tuple(self.reference_fields))
-        _check(self.format in DATA_FORMATS, f"data.format must be one of {', '.join(DATA_FORMATS)}, got {self.format!r}")
-        _check(self.max_source_length >= 0, "data.max_source_length must be >= 0")
-        _check(0.0 <= self.valid_fraction < 1.0, f"data.valid_fraction must be in [0, 1), got {self.valid_fraction}")
-        for name in ("vocab_size", "max_tokens", "max_length", "n_train", "n_valid", "n_symbols"):
-            _check(getattr(self, name) > 0, f"data.{name} must be positive, got {getattr(self, name)}")
-        _check(self.valid_max_sentences >= 0, "data.valid_max_sentences must be >= 0")
-        _check(1 <= self.min_len <= self.max_len, f"data: need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
-        _check(self.src_lang != self.tgt_lang or self.corpus == "synthetic",
-               f"data.src_lang and data.tgt_lang are both {self.src_lang!r}")
 
 
 @dataclass(frozen=True)
@@ -197,29 +134,29 @@ class RunConfig:
 
 
 SECTIONS: Mapping[str, type] = MappingProxyType({
-    "model": ModelSpec, "optim": OptimConfig, "decode": DecodeConfig, "data": DataConfig, "train": RunConfig,
-})
-
-
-DEFAULT_TASK = "translation"  # `aiayn.tasks.TASKS` holds the others
+    "model": ModelSpec, "optim": OptimConfig, "decode": DecodeConfig, "train": RunConfig,
+})  # and "data": the task's own `data_config`
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """The whole training config. `train` has no default: a run needs a budget.
-    `task` is a top-level key of the TOML file, before the sections."""
+    `task` is a top-level key of the TOML file, before the sections; `data` is an instance of
+    that task's `data_config` (its defaults when not given)."""
 
     train: RunConfig
     model: ModelSpec = field(default_factory=ModelSpec)
     optim: OptimConfig = field(default_factory=OptimConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
-    data: DataConfig = field(default_factory=DataConfig)
+    data: Any = None
     task: str = DEFAULT_TASK
 
     def __post_init__(self) -> None:
-        from aiayn.tasks import TASKS
-
-        _check(self.task in TASKS, f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        settings = task_class(self.task).data_config
+        if self.data is None:
+            object.__setattr__(self, "data", settings())
+        _check(isinstance(self.data, settings),
+               f"task {self.task!r} reads [data] as {settings.__name__}, got {type(self.data).__name__}")
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"task": self.task, "model": self.model.to_dict()}
@@ -231,15 +168,20 @@ class TrainConfig:
     def from_dict(cls, data: Mapping[str, Any], source: str = "<config>") -> "TrainConfig":
         data = dict(data)
         task = data.pop("task", DEFAULT_TASK)
-        unknown = sorted(set(data) - set(SECTIONS))
+        unknown = sorted(set(data) - set(SECTIONS) - {"data"})
         if unknown:
-            raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: task, {', '.join(SECTIONS)}")
+            raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: task, data, {', '.join(SECTIONS)}")
+        try:
+            settings = task_class(task).data_config if isinstance(task, str) else None
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+        _check(settings is not None, f"{source}: task must be a string, got {task!r}")
         sections = {}
-        for name, section_cls in SECTIONS.items():
+        for name, section_cls in {**SECTIONS, "data": settings}.items():
             body = data.get(name, {})
             if not isinstance(body, Mapping):
                 raise ConfigError(f"{source}: [{name}] must be a table, got {body!r}")
-            sections[name] = _build_section(name, section_cls, body, source)
+            sections[name] = _build_section(name, section_cls, body, source, task)
         try:
             return cls(**sections, task=task)
         except ConfigError as e:
@@ -249,14 +191,14 @@ class TrainConfig:
         return dataclasses.replace(self, **sections)
 
 
-def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source: str):
+def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source: str, task: str):
     try:
         if section_cls is ModelSpec:
             return ModelSpec.from_dict(body)
         known = {f.name for f in dataclasses.fields(section_cls)}
         unknown = sorted(set(body) - known)
         if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}; "
+            raise ConfigError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}{_owners(unknown, task)}; "
                               f"known in [{name}]: {', '.join(sorted(known))}")
         check_types(section_cls, body, prefix=f"{name}.")
         return section_cls(**body)
@@ -264,6 +206,18 @@ def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source
         raise ConfigError(f"{source}: {e}") from None
     except TypeError as e:  # e.g. a string where a number belongs, caught by a comparison
         raise ConfigError(f"{source}: bad value in [{name}]: {e}") from None
+
+
+def _owners(keys: Sequence[str], task: str) -> str:
+    """", a setting of task lm, not of task qa" for data keys that another built-in task reads."""
+    owners = {}
+    for other in TASKS:
+        fields = {f.name for f in dataclasses.fields(task_class(other).data_config)}
+        for key in keys:
+            if key in fields and other != task:
+                owners.setdefault(key, []).append(other)
+    said = [f"data.{k} is a setting of task {' and '.join(t)}" for k, t in owners.items()]
+    return f" ({'; '.join(said)}, not of task {task})" if said else ""
 
 
 # -- files and overrides ------------------------------------------------------------------

@@ -44,10 +44,11 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, epsilon: float, pad_id: 
         target: (B, T) or (N,) gold ids, `pad_id` at padding positions.
     """
     V = logits.shape[-1]
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, V)  # (N, V), fp32 at least
-    target = target.reshape(-1)  # (N,)
-    keep = target != pad_id  # (N,)
-    loss, nll = _SmoothedCrossEntropy.apply(logits, target, keep, epsilon, pad_id)
+    with torch.autocast(logits.device.type, enabled=False):  # under bf16/fp16 autocast too, the loss is fp32
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)).reshape(-1, V)  # (N, V), fp32 at least
+        target = target.reshape(-1)  # (N,)
+        keep = target != pad_id  # (N,)
+        loss, nll = _SmoothedCrossEntropy.apply(logits, target, keep, epsilon, pad_id)
     return LossSums(loss, nll.detach(), int(keep.sum()))
 
 

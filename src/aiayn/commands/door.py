@@ -1,0 +1,119 @@
+"""What the commands that answer with a model share: the model directory's pipeline (its one
+inference door, `aiayn.tasks.load_pipeline`), lines in and lines out, and a progress bar.
+
+Input lines end at "\n" only (a CRLF line loses its "\r"; a bare "\r" inside a line is part of
+it), and invalid UTF-8 is replaced by U+FFFD, from a file (`-i`, `.gz` read too) and from stdin
+alike, so there is one output line per input line and no output line contains a line break.
+"""
+
+from __future__ import annotations
+
+import sys
+from itertools import islice
+from typing import Callable, Optional
+
+STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
+
+
+def load(args, own_command: bool = False, **options):
+    """The pipeline of `args.model` on `args.device`. With `own_command`, a model whose task another
+    command answers for is a one-line error naming that command (before the model is loaded)."""
+    from aiayn.runtime import resolve_device
+    from aiayn.tasks import task_class, task_of
+
+    task, command = task_of(args.model), args.command
+    fits = task_class(task).pipeline.command
+    if own_command and fits != command:
+        hint = f"use `aiayn {fits}`" if fits else "it has no inference command"
+        raise ValueError(f"{args.model}: a {task} model, which `aiayn {command}` does not run; {hint}")
+    from aiayn.tasks import load_pipeline
+
+    return load_pipeline(args.model, device=resolve_device(args.device), **options)
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 file (`.gz` decompressed, invalid bytes replaced), split on "\n" only; see `chomp`."""
+    from aiayn.data.corpus import read_text_file
+
+    lines = read_text_file(path, errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the final newline ends the last line
+    return [chomp(line) for line in lines]
+
+
+def chomp(line: str) -> str:
+    """`line` without its "\n" and, for a CRLF line end, the "\r" before it. Text opened with
+    newline="\n" splits on "\n" alone; the default (universal newlines) would split at a bare "\r"."""
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+def stdin_lines():
+    """stdin as text the way `read_lines` reads a file: UTF-8 with invalid bytes replaced, "\n" ends a line."""
+    import io
+
+    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
+
+
+def parse(pipeline, lines: list[str], where: str, first: int = 0) -> list:
+    """Inputs of `lines` by the pipeline's line format; a bad line is an error naming `where` and its number."""
+    inputs = []
+    for number, line in enumerate(lines, start=first + 1):
+        try:
+            inputs.append(pipeline.parse_line(line))
+        except ValueError as e:
+            raise ValueError(f"{where}:{number}: {e}") from None
+    return inputs
+
+
+def answer(pipeline, inputs: list, options: dict) -> list:
+    """`pipeline(inputs, **options)` under a progress bar on stderr."""
+    from tqdm import tqdm
+
+    with tqdm(total=len(inputs), unit="line", file=sys.stderr, dynamic_ncols=True) as bar:
+        return pipeline(inputs, progress=bar.update, **options)
+
+
+def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = None,
+              index_option: Optional[str] = None) -> int:
+    """-i FILE (or stdin, streamed in chunks) -> -o FILE (or stdout): one output line per input line.
+    `format_line(index, input, output)` replaces the pipeline's; `index_option` names the option
+    that tells the pipeline the line number of a chunk's first line (seeded sampling)."""
+    from aiayn.commands.translate import write_lines
+
+    fmt = format_line or (lambda i, given, out: pipeline.format_line(given, out))
+    if args.input is not None:
+        inputs = parse(pipeline, read_lines(args.input), args.input)
+        outputs = answer(pipeline, inputs, options)
+        write_lines(args.output, [fmt(i, x, y) + "\n" for i, (x, y) in enumerate(zip(inputs, outputs))])
+        return 0
+    stdin = stdin_lines()
+    chunk = 1 if stdin.isatty() else STDIN_CHUNK
+    sink = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        done = 0
+        while lines := [chomp(line) for line in islice(stdin, chunk)]:
+            inputs = parse(pipeline, lines, "<stdin>", done)
+            outputs = pipeline(inputs, **options, **({index_option: done} if index_option else {}))
+            sink.writelines(fmt(done + i, x, y) + "\n" for i, (x, y) in enumerate(zip(inputs, outputs)))
+            sink.flush()
+            done += len(lines)
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+    return 0
+
+
+def check_writable(path: str) -> None:
+    """Fail before answering, not after, when `path` cannot be written: its nearest existing
+    folder is a file or not writable. The error names that folder."""
+    import errno
+    import os
+    from pathlib import Path
+
+    folder = Path(path).absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))

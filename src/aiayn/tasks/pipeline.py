@@ -1,0 +1,154 @@
+"""The one inference door of a task: everything the CLI, `aiayn evaluate --model`, `aiayn serve`
+and `aiayn plot` need of a model directory, so that it answers the same through each of them.
+
+    inputs  --prepare-->  model items  --run-->  outputs          pipeline(inputs) does both
+    a CLI line     parse_line(line) -> input;   format_line(input, output) -> one output line
+    evaluate       text(output) -> what `score(texts, refs)` measures with the task's `metric`
+    HTTP           `routes`: (method, path, handler); a handler turns request fields into inputs,
+                   has them decoded through the server's batcher, and shapes the response
+    plot           attention(line) -> a picture's data (with `draw` and `describe`)
+
+`prepare` is cheap (it runs where a request arrives); `run` holds the model work, so a server
+batches the items of several requests into one `run` call, or a continuous `session`.
+`aiayn.tasks.load_pipeline(model_dir)` picks the pipeline from the directory's task.json.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Optional, Sequence
+
+
+class RequestError(ValueError):
+    """Input a door cannot take. HTTP answers `status` with the message; the CLI prints it."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Route:
+    """An HTTP route of a pipeline: `handler` names its coroutine method `(fields, server) -> dict`;
+    `server` offers `decode(items, **options)` (batched `run`) and `limits`."""
+
+    method: str  # "GET" | "POST"
+    path: str
+    handler: str
+    summary: str = ""
+    runs_model: bool = True  # it decodes: guarded by the server's api key
+
+
+@dataclass(frozen=True)
+class InputLimits:
+    """What one request may hold (the server's `ServeLimits` carry these)."""
+
+    max_texts: int = 64
+    max_chars: int = 2000
+
+
+def check_texts(value: Any, limits: InputLimits, field: str) -> list[str]:
+    """A string or a non-empty list of strings, within the limits -> a list of strings."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
+        raise RequestError(f"{field} must be a non-empty string or a non-empty list of strings")
+    if not any(t.strip() for t in items):
+        raise RequestError(f"{field} is empty")
+    if len(items) > limits.max_texts:
+        raise RequestError(f"{len(items)} texts in one request; at most {limits.max_texts}", 413)
+    longest = max(len(t) for t in items)
+    if longest > limits.max_chars:
+        raise RequestError(f"a text of {longest} characters; at most {limits.max_chars}", 413)
+    return items
+
+
+def check_fields(fields: dict, allowed: Sequence[str]) -> None:
+    unknown = sorted(set(fields) - set(allowed) - {"api_key"})
+    if unknown:
+        raise RequestError(f"unknown field(s) {', '.join(unknown)}; this route takes {', '.join(allowed)}")
+
+
+def one_line(text: str) -> str:
+    """An output never breaks line alignment: line breaks inside it become spaces."""
+    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
+
+
+class Pipeline:
+    """Base of every task's door; a subclass sets the class attributes and `from_pretrained`/`run`."""
+
+    task: ClassVar[str] = ""  # the task name in task.json
+    command: ClassVar[str] = ""  # the `aiayn` command that answers with this pipeline
+    metric: ClassVar[str] = ""  # a `metrics.SCORERS` name for `aiayn evaluate --model`; "" = none
+    routes: ClassVar[tuple[Route, ...]] = ()
+    backends: ClassVar[tuple[str, ...]] = ("native",)  # what `load_pipeline(..., backend=)` may ask for
+
+    @classmethod
+    def from_pretrained(cls, model_dir, device="cpu", **options) -> "Pipeline":
+        raise NotImplementedError
+
+    def __call__(self, inputs: Sequence, progress: Optional[Callable[[int], None]] = None, **options) -> list:
+        """Outputs for `inputs`, in order. `options` override the directory's settings for this call."""
+        return self.run(self.prepare(inputs), progress=progress, **options)
+
+    def prepare(self, inputs: Sequence) -> list:
+        """Inputs -> what the model reads (e.g. `context [SEP] question`)."""
+        return list(inputs)
+
+    def run(self, items: list, progress: Optional[Callable[[int], None]] = None, **options) -> list:
+        raise NotImplementedError
+
+    def session(self, **options):
+        """A continuous-batching session (see `aiayn.decoding.translator.ContinuousTranslation`) for
+        these options, or None: the server then batches whole `run` calls."""
+        return None
+
+    # -- the CLI and evaluate --------------------------------------------------------------------
+    def parse_line(self, line: str):
+        """One input line -> an input. Errors name nothing: the caller adds the file and line."""
+        return line
+
+    def format_line(self, given, output) -> str:
+        """An output line, without its newline."""
+        return one_line(self.text(output))
+
+    def text(self, output) -> str:
+        """The text of an output that a metric scores."""
+        return output
+
+    def score(self, texts: list[str], refs: list[list[str]], **kwargs) -> dict:
+        """The task's metric of `texts` against `refs` (one list of references per text)."""
+        from aiayn.metrics import SCORERS
+
+        if not self.metric:
+            raise ValueError(f"a {self.task} model has no metric for aiayn evaluate")
+        return {"metric": self.metric, **SCORERS[self.metric](texts, refs, **kwargs)}
+
+    def attention(self, line: str, **output_limits):
+        """What `aiayn plot attention` draws for one input line: an object with `draw(part, layer,
+        head, size)` and `describe()`; `output_limits` (max_len_a, max_len_b) bound what is generated."""
+        raise ValueError(f"aiayn plot attention does not draw a {self.task} model")
+
+
+def parse_json_line(line: str, fields: Sequence[str]) -> dict:
+    """A JSON object with non-empty string `fields`."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not a JSON object ({e})") from None
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    for name in fields:
+        if not isinstance(record.get(name), str) or not record[name].strip():
+            raise ValueError(f"field {name!r} must be a non-empty string")
+    return record
+
+
+class NoPipeline(Pipeline):
+    """A task whose models are not used through a door of their own (e.g. MLM pre-training)."""
+
+    use: ClassVar[str] = ""  # what to do with such a model instead
+
+    @classmethod
+    def from_pretrained(cls, model_dir, device="cpu", **options):
+        raise ValueError(f"{model_dir}: a {cls.task} model has no inference door; {cls.use}")
