@@ -96,6 +96,16 @@ class TransformerConfig:
         return self.d_model
 
     @property
+    def depth(self) -> str:
+        """Encoder + decoder layers, as Table 3 counts them ("6+6")."""
+        return f"{self.n_encoder_layers}+{self.n_decoder_layers}"
+
+    @classmethod
+    def for_vocab(cls, preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> "TransformerConfig":
+        """The preset's config for vocabularies of these sizes (a recipe's `[model]`)."""
+        return cls.preset(preset, src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **overrides)
+
+    @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 

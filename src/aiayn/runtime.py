@@ -100,3 +100,10 @@ def _requeue_cuda_seeds(queued: tuple) -> None:
         if call is not None:
             call[0]()  # (callback, traceback): as CUDA's initialisation runs them
 
+
+def stable_hash(text: str) -> int:
+    """A 64-bit hash of `text` that is the same in every process and on every machine (Python's
+    `hash` of a str is salted per process): for seeds and fixed data splits."""
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")

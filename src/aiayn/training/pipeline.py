@@ -87,8 +87,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             model = build_model(model_type, model_cfg).to(device)
             if run.init_from and not resume:
                 load_matching(model, run.init_from)
-            preset = f" ({cfg.model.preset})" if model_type == "encoder-decoder" else ""
-            log.info("model: %s%s, %s parameters", model_type, preset, f"{model.num_parameters():,}")
+            log.info("model: %s, d_model %d, layers %s, %s parameters", model_type, model_cfg.width, model_cfg.depth,
+                     f"{model.num_parameters():,}")
             lr_at = lr_function(run.schedule, model_cfg.width, cfg.optim.warmup_steps, cfg.optim.lr_factor)
             trainer = Trainer(model, task, cfg.optim, run, run_dir, task.train_data(dist), lr_at,
                               valid_data=task.valid_data(), dist=dist, progress=progress)
@@ -159,7 +159,7 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> TrainCo
 
 
 def evaluate_test(cfg: TrainConfig, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
-    """The task's test scores of run_dir/model (for translation: sacreBLEU with `[decode]` settings)."""
+    """The task's test scores of run_dir/model (e.g. sacreBLEU with the `[decode]` settings)."""
     task = build_task(cfg)
     model_dir = Path(cfg.train.run_dir) / "model"
     return task.test(model_dir, resolve_device(cfg.train.device), progress)
