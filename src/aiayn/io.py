@@ -1,10 +1,13 @@
-"""Atomic file writing: every file aiayn saves appears whole or not at all."""
+"""Atomic file writing: every file aiayn saves appears whole or not at all. A command's `-o`
+output (`write_output`) is atomic only where the path is a regular file: it writes through the rest."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -31,6 +34,31 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
         _fsync_dir(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) where a command's `-o PATH` points; "-" is stdout.
+
+    A regular file, or a path not there yet, is replaced atomically (`atomic_write`). A symlink is
+    followed: its target is written (atomically, when that is a regular file or absent) and the
+    link stays a link. Anything else (a FIFO, a character device) is opened and written through:
+    renaming over it would replace the node itself, and a FIFO's reader would get nothing.
+    """
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = Path(path).resolve()  # a dangling link resolves to the path it names
+    try:
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is None or stat.S_ISREG(mode):
+        with atomic_write(target) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+        return
+    with open(target, "w", encoding="utf-8") as f:  # a directory fails here: IsADirectoryError
+        f.write(text)
 
 
 def replace_dir(src: Path, dst: Path) -> None:
