@@ -1,6 +1,6 @@
 import pytest
 
-from aiayn.config import ConfigError, DecodeConfig, OptimConfig, TransformerConfig
+from aiayn.config import ConfigError, DecodeConfig, OptimConfig, SamplingConfig, TransformerConfig
 
 
 def test_base_defaults_are_the_paper():
@@ -46,6 +46,15 @@ def test_other_configs_validate():
         OptimConfig(label_smoothing=1.5)
     with pytest.raises(ConfigError, match="nbest"):
         DecodeConfig(beam_size=2, nbest=3)
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_sampling_values_must_be_finite(field, value):
+    """`generate --temperature inf` used to reach torch (logits / inf is NaN after top-k's -inf)."""
+    with pytest.raises(ConfigError, match=f"^{field} must be a finite number"):
+        SamplingConfig(**{field: value})
+    assert SamplingConfig(temperature=1e-3, top_p=1e-3)  # small finite values stay valid
 
 
 def test_round_trip_and_unknown_keys():

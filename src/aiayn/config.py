@@ -8,6 +8,7 @@ decoding settings of §6.1. Presets only override fields; they never restate a d
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass
 from types import MappingProxyType, NoneType, UnionType
@@ -205,9 +206,11 @@ class SamplingConfig:
     seed: Optional[int] = None  # None: torch's global generator
 
     def __post_init__(self) -> None:
-        _check(self.temperature > 0, f"temperature must be positive, got {self.temperature}")
+        _check(math.isfinite(self.temperature) and self.temperature > 0,
+               f"temperature must be a finite number > 0, got {self.temperature}")
         _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
-        _check(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
+        _check(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0,
+               f"top_p must be a finite number in (0, 1], got {self.top_p}")
 
 
 def check_types(cls: type, data: Mapping[str, Any], prefix: str = "") -> None:
