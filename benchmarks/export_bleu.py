@@ -65,9 +65,9 @@ def main(argv=None) -> int:
 def run(model_dir: Path, sources: list[str], refs: list[str], options: dict, threads: int) -> list[dict]:
     from aiayn.export import export_ctranslate2
     from aiayn.export.ct2_translator import CT2Translator
-    from aiayn.tasks.seq2seq import load_translator
+    from aiayn.tasks import load_pipeline
 
-    rows = [decode("aiayn", load_translator(model_dir), sources, refs, options)]
+    rows = [decode("aiayn", load_pipeline(model_dir).translator, sources, refs, options)]
     rows[0].update(quantization="float32", model_mb=(model_dir / "model.safetensors").stat().st_size / 2**20)
     with tempfile.TemporaryDirectory(prefix="aiayn-export-") as tmp:
         for quantization in TARGETS:

@@ -219,9 +219,9 @@ def in_process(model: Path, sentences: list[str], flight: int) -> list[dict]:
     """Without HTTP, in this process: `Translator.translate` on the whole list in one call (its own
     sorted batches), in calls of `flight` sentences, and the continuous search with `flight`
     sentences in flight (a new one joins as soon as one ends), as the server runs it."""
-    from aiayn.tasks.seq2seq import load_translator
+    from aiayn.tasks import load_pipeline
 
-    translator = load_translator(model)  # set up by task.json, as the servers are
+    translator = load_pipeline(model).translator  # set up by task.json, as the servers are
     translator.translate(sentences[:8])  # warm-up
     runs = {"in-process": lambda: translator.translate(sentences),
             f"in-process, calls of {flight}": lambda: [translator.translate(sentences[i:i + flight])

@@ -11,9 +11,9 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from aiayn.plots.attention import attention_for_sentence  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
+from aiayn.tasks import load_pipeline  # noqa: E402
 
 SENTENCE = "a b c d"
 
@@ -59,7 +59,7 @@ def test_native_api_with_scores_and_attention(client, model_dir):
                                                     "return_attention": True}).json()
         result = greedy["translations"][0]
         assert result["hypotheses"] == [{"text": result["text"], "score": None}]
-        want = attention_for_sentence(model_dir, SENTENCE, 0.0, max_len_b)  # task.json: max_len_a = 0
+        want = load_pipeline(model_dir).attention(SENTENCE, max_len_b=max_len_b)  # task.json: max_len_a = 0
         got = result["attention"]
         assert got["source"] == want.src_labels and got["target"] == want.out_labels
         torch.testing.assert_close(torch.tensor(got["weights"]), torch.from_numpy(want.cross), atol=1e-4, rtol=0)

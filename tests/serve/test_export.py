@@ -18,7 +18,7 @@ from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.export import MANIFEST, export_ctranslate2  # noqa: E402
 from aiayn.export.ct2_translator import CT2Translator  # noqa: E402
 from aiayn.models import RNNConfig, RNNEncoderDecoder, Transformer  # noqa: E402
-from aiayn.tasks.seq2seq import load_translator  # noqa: E402
+from aiayn.tasks import load_pipeline  # noqa: E402
 
 TEXTS = ["a b c d", "", "e f g h i j c", "zz a", "j i h g f e d c b a a b"]  # a blank line, an unknown symbol
 GREEDY = dict(method="greedy", max_len_a=1.0, max_len_b=5)
@@ -62,7 +62,7 @@ def exported(model_dir, tmp_path_factory):
 
 def both(model_dir, export_dir):
     """aiayn's Translator and the export's, each set up by its directory's task.json, as the server does."""
-    return load_translator(model_dir), CT2Translator.from_pretrained(export_dir)
+    return load_pipeline(model_dir).translator, CT2Translator.from_pretrained(export_dir)
 
 
 def assert_same_nbest(ours, theirs):
@@ -114,7 +114,7 @@ def test_int8_stores_the_same_weights_smaller(model_dir, exported, tmp_path):
     # benchmarks/export_bleu.py), so the stored weights are checked by computing with them in float32
     out = export_ctranslate2(model_dir, tmp_path / "int8", quantization="int8")
     assert json.loads((out / MANIFEST).read_text())["quantization"] == "int8"
-    native, ct2 = load_translator(model_dir), CT2Translator.from_pretrained(out, compute_type="float32")
+    native, ct2 = load_pipeline(model_dir).translator, CT2Translator.from_pretrained(out, compute_type="float32")
     assert ct2.translate(TEXTS, **GREEDY) == native.translate(TEXTS, **GREEDY)
     assert ct2.translate(TEXTS, **BEAM) == native.translate(TEXTS, **BEAM)  # (rounded weights reorder near-ties lower)
     assert (out / "model.bin").stat().st_size < (exported / "model.bin").stat().st_size

@@ -15,7 +15,7 @@ from aiayn.training.distributed import SINGLE
 def lm_config(corpus, *overrides):
     return load_config(None, [
         'task="lm"', 'model.type="decoder-only"', "model.d_model=32", "model.n_heads=2", "model.n_layers=2",
-        "model.d_ff=64", "model.max_positions=8", 'data.format="text"', f'data.corpus="{corpus}"',
+        "model.d_ff=64", "model.max_positions=8", f'data.corpus="{corpus}"',
         'data.vocab_type="chars"', "data.max_tokens=32", "train.max_updates=1", "train.bleu=false", *overrides])
 
 
@@ -70,7 +70,7 @@ def test_a_tiny_gpt_learns_a_repeating_text_and_generates_it(tmp_path, capsys):
     recipe.write_text("[train]\nmax_updates = 150\n")
     args = ["train", str(recipe), "--set", 'task="lm"', "--set", 'model.type="decoder-only"', "--set", "model.d_model=32",
             "--set", "model.n_heads=2", "--set", "model.n_layers=2", "--set", "model.d_ff=64",
-            "--set", "model.max_positions=16", "--set", 'data.format="text"', "--set", f'data.corpus="{corpus}"',
+            "--set", "model.max_positions=16", "--set", f'data.corpus="{corpus}"',
             "--set", 'data.vocab_type="chars"', "--set", "data.max_tokens=128",
             "--set", "optim.warmup_steps=20", "--set", "optim.label_smoothing=0.0", "--set", "train.bleu=false",
             "--set", "train.progress=false", "--set", "optim.lr_factor=2.0",

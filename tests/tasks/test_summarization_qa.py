@@ -37,7 +37,7 @@ def summarization_task(tmp_path, *overrides):
 def babi_task(directory, fraction=0.1, *overrides):
     return QATask(load_config(None, [
         'task="qa"', 'data.format="babi"', f'data.corpus="{directory}"', 'data.train_split="qa*_train.txt"',
-        'data.valid_split="valid"', f"data.valid_fraction={fraction}", "train.max_updates=1", *overrides]))
+        'data.valid_split="valid"', f"data.carve_fraction={fraction}", "train.max_updates=1", *overrides]))
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -50,7 +50,7 @@ def test_summarization_jsonl_fields_extra_references_and_empty_records(tmp_path,
         train = task.examples("train")
     assert train.src == ["Hello Bob, the meeting moved."]  # flattened to one line
     assert train.refs == [["Meeting"]]  # the training split has no annotator field: one reference
-    assert "1 of 2 records skipped for an empty field" in caplog.text
+    assert "train: 1 of 2 examples empty" in caplog.text and "records with an empty field" in caplog.text
     assert task.examples("dev").refs == [["Orig", "annotated"]]  # the training target first
     with pytest.raises(CorpusError, match=r"test\.jsonl: file not found"):
         task.examples("test")
@@ -113,13 +113,13 @@ def test_over_long_sources_are_truncated_at_the_task_end_and_counted(tmp_path, c
     rows = [{"body": "Mary went to the garden . John went to the office . [SEP] Where is Mary ?", "subject": "garden"},
             {"body": "Mary went", "subject": "x"}]
     write_jsonl(tmp_path / "train.jsonl.gz", rows)
-    task = summarization_task(tmp_path, "data.max_source_length=4")
+    task = summarization_task(tmp_path, "data.max_input_tokens=4")
     if kind == "qa":
         task.keep = "end"  # QATask's end; the same reader keeps the test on one file format
     task.tokenizers = tiny_tokenizers()
     with caplog.at_level(logging.INFO):
         data = task.dataset("train")
-    assert "1 of 2 sources truncated to 4 tokens" in caplog.text
+    assert "1 of 2 examples truncated (sources over 4 tokens" in caplog.text
     batch = data.collate([0, 1])
     assert batch.src.shape[1] == 4 and batch.src[0, -1] == EOS_ID  # 3 ids + EOS
     assert task.tokenizers.src.decode(batch.src[0].tolist()) == " ".join(kept.split()[-3:] if kind == "qa" else kept.split())
@@ -200,9 +200,9 @@ def test_answer_and_summarize_commands(tmp_path, capsys):
     assert [r["question"] for r in rows] == QUESTIONS and rows[0]["prediction"] == expected
     write_jsonl(questions, [{"context": "x", "question": "y"}, {"context": "x"}])
     assert main(["answer", "--model", qa_dir, "-i", str(questions), *fast]) == 2
-    assert "q.jsonl:2: missing field(s) question" in capsys.readouterr().err
+    assert "q.jsonl:2: field 'question' must be a non-empty string" in capsys.readouterr().err
     assert main(["summarize", "--model", qa_dir, *fast]) == 2
-    assert "not a summarization model" in capsys.readouterr().err
+    assert "a qa model, which `aiayn summarize` does not run; use `aiayn answer`" in capsys.readouterr().err
 
 
 def test_evaluate_a_summarization_model_scores_rouge_on_its_summaries(tmp_path, capsys):
@@ -222,5 +222,11 @@ def test_evaluate_a_summarization_model_scores_rouge_on_its_summaries(tmp_path, 
     assert result["rougeL"] == round(metrics.rouge(summaries, ref.read_text().splitlines())["rougeL"].score, 2) > 0
     qa_dir = model_dir(tmp_path / "qa", babi_task(tmp_path))
     assert main(["evaluate", "--model", qa_dir, "--src", str(src), "--ref", str(ref)]) == 2
-    err = capsys.readouterr().err  # pairs, not lines: it says how to score a QA model
-    assert "aiayn answer" in err and '"prediction"' in err  # its JSON lines are not a --hyp file as they are
+    assert "src.txt:1: not a JSON object" in capsys.readouterr().err  # a QA model reads the lines `aiayn answer` reads
+    questions = tmp_path / "q.jsonl"
+    write_jsonl(questions, [{"context": c, "question": q} for c, q in zip(CONTEXTS, QUESTIONS)])
+    assert main(["evaluate", "--model", qa_dir, "--src", str(questions), "--ref", str(ref), "--json", *fast]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    answers = QA.from_pretrained(qa_dir).answer(CONTEXTS, QUESTIONS, method="greedy", max_len_b=3)
+    assert result["metric"] == "squad"
+    assert result["f1"] == round(metrics.token_f1(answers, [[r] for r in ref.read_text().splitlines()]).score, 2)

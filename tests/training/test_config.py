@@ -92,7 +92,7 @@ def test_task_is_a_top_level_key(tmp_path):
     cfg = load_config(path)
     assert cfg.task == "translation" and to_toml(cfg).startswith('task = "translation"')
     path.write_text('task = "poetry"\n[train]\nmax_updates = 3\n')
-    with pytest.raises(ConfigError, match=r"r\.toml.*task must be one of translation, summarization, qa, .*got 'poetry'"):
+    with pytest.raises(ConfigError, match=r"r\.toml: unknown task 'poetry'; built in: translation, summarization, qa, "):
         load_config(path)
-    with pytest.raises(ConfigError, match="task must be one of"):
+    with pytest.raises(ConfigError, match="unknown task .poetry."):
         load_config(None, ["train.max_updates=1", "task=poetry"])
