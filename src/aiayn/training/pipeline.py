@@ -86,7 +86,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
             model = build_model(model_type, model_cfg).to(device)
             if run.init_from and not resume:
-                load_matching(model, run.init_from)
+                vocabulary = getattr(task, "tokenizers", None)  # a text task's, set by prepare; none for patches
+                load_matching(model, run.init_from, vocabulary)
             log.info("model: %s, d_model %d, layers %s, %s parameters", model_type, model_cfg.width, model_cfg.depth,
                      f"{model.num_parameters():,}")
             lr_at = lr_function(run.schedule, model_cfg.width, cfg.optim.warmup_steps, cfg.optim.lr_factor)
@@ -101,9 +102,16 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
         shutdown()
 
 
-def load_matching(model, model_dir: str | Path) -> None:
+def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
     """Start `model` from the weights of `model_dir` that have its names and shapes (a classifier
-    from an MLM-pretrained body); the rest keep their fresh initialisation. Both are logged."""
+    from an MLM-pretrained body); the rest keep their fresh initialisation.
+
+    An embedding row means a piece, so the vocabularies are compared piece by piece (`tokenizers`:
+    the run's `TokenizerPair`; None for a task without one, e.g. image patches). One of the run's
+    size with other pieces is refused, saying how many ids agree: rows are not remapped. One of
+    another size keeps fresh embeddings: that, and every tensor whose shape differs, is a warning
+    naming what was not loaded. Tensors the saved model lacks (a new head) are logged at INFO.
+    """
     from safetensors.torch import load_file
 
     from aiayn.models.base import WEIGHTS_FILE
@@ -111,13 +119,46 @@ def load_matching(model, model_dir: str | Path) -> None:
     path = Path(model_dir) / WEIGHTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: train.init_from needs a model directory")
+    notes = _check_vocabulary(Path(model_dir), tokenizers) if tokenizers is not None else []
     saved, own = load_file(str(path)), model.state_dict()
     used = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
     if not used:
         raise ValueError(f"{path}: no weight matches this model's names and shapes")
     model.load_state_dict(used, strict=False)
-    log.info("init_from %s: %d tensors loaded; kept fresh: %s", model_dir, len(used),
-             ", ".join(sorted(set(own) - set(used))) or "none")
+    reshaped = sorted(k for k in saved if k in own and k not in used)
+    if reshaped:
+        log.warning("init_from %s: %s%d tensors not loaded, their shapes differ; they keep their fresh "
+                    "initialisation: %s", model_dir, "".join(f"{n}; " for n in notes), len(reshaped),
+                    ", ".join(f"{k} {tuple(saved[k].shape)} -> {tuple(own[k].shape)}" for k in reshaped))
+    loaded = {own[k].data_ptr() for k in used}  # a tied tensor (shared embeddings) is saved under one name
+    missing = sorted(k for k in own if k not in saved and own[k].data_ptr() not in loaded)
+    log.info("init_from %s: %d tensors loaded; not in it, kept fresh: %s", model_dir, len(used),
+             ", ".join(missing) or "none")
+
+
+def _check_vocabulary(model_dir: Path, run_tokenizers) -> list[str]:
+    """Refuse a side of `model_dir`'s vocabulary that has the run's size but other pieces; return
+    a note for each side of another size."""
+    from aiayn.data.tokenizer import load_tokenizers
+
+    try:
+        theirs = load_tokenizers(model_dir)
+    except FileNotFoundError as e:
+        raise ValueError(f"train.init_from {model_dir}: cannot compare its vocabulary with the run's ({e})") from None
+    notes = []
+    for side in ("src",) if theirs.joint and run_tokenizers.joint else ("src", "tgt"):
+        old, new = getattr(theirs, side), getattr(run_tokenizers, side)
+        if old.vocab_size != new.vocab_size:
+            notes.append(f"its {side} vocabulary has {old.vocab_size:,} pieces, this run's {new.vocab_size:,}")
+            continue
+        old_pieces, new_pieces = old.pieces(range(old.vocab_size)), new.pieces(range(new.vocab_size))
+        if old_pieces != new_pieces:
+            agree = sum(a == b for a, b in zip(old_pieces, new_pieces))
+            raise ValueError(
+                f"train.init_from {model_dir}: its {side} vocabulary has this run's size but other pieces: "
+                f"only {agree:,} of {old.vocab_size:,} ids mean the same piece. Train with its vocabulary "
+                f'(data.tokenizer = "{model_dir}") or drop train.init_from')
+    return notes
 
 
 def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:
