@@ -145,11 +145,19 @@ def test_load_errors_name_the_file(tmp_path):
         Transformer.from_pretrained(tmp_path)
 
 
-def test_backward_has_finite_gradients():
-    model = tiny().train()
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"positional": "learned"}, {"tgt_vocab_size": 30},
+                                       {"copy_attention": True}])
+def test_backward_reaches_every_parameter_with_finite_gradients(overrides):
+    """Every parameter gets a gradient, finite and not all zero: a detached path (or a parameter the
+    forward pass never uses) fails here instead of passing with nothing checked."""
+    model = tiny(**overrides).train()
     src, tgt = batch()
     model(src, tgt).logsumexp(-1).mean().backward()
-    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    params = dict(model.named_parameters())
+    assert len(params) > 50  # the tiny preset's 2+2 layers, embeddings and norms
+    assert [n for n, p in params.items() if p.grad is None] == []
+    assert [n for n, p in params.items() if not torch.isfinite(p.grad).all()] == []
+    assert [n for n, p in params.items() if not p.grad.any()] == []
 
 
 @pytest.mark.parametrize("score", ["dot", "additive"])
