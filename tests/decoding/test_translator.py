@@ -1,5 +1,6 @@
 import json
 import logging
+import math
 import random
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -8,11 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.config import DecodeConfig, TransformerConfig
+from aiayn.config import EOS_ID, DecodeConfig, TransformerConfig
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources
 from aiayn.models.transformer import Transformer
 from aiayn.decoding.translator import Translator
+
+from fake_decoder import A, B_, C, FakeModel
 
 SYMBOLS = [chr(ord("a") + i) for i in range(12)]
 
@@ -58,6 +61,52 @@ def test_sampling_is_seeded(model_dir):
     tr = Translator.from_pretrained(model_dir)
     run = lambda seed: tr.translate(SENTENCES, method="sample", seed=seed, max_len_b=6)  # noqa: E731
     assert run(1) == run(1)
+
+
+class FakeTranslationModel(FakeModel):
+    """`FakeModel`'s hand-set probabilities behind what a `Translator` asks of a model."""
+
+    def __init__(self, table, vocab: int):
+        super().__init__(table, vocab=vocab)
+        self.config = TransformerConfig.preset("tiny", src_vocab_size=vocab)
+        self.max_input_length = 64
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # the Translator reads its device from a parameter
+
+    def eval(self):
+        return self
+
+    def parameters(self):
+        return iter([self.anchor])
+
+
+# The first token is a .5, b .3, c .2; after "a", another "a" .25 or the end .75; after "b" or "c", the end.
+SAMPLED = {(A,): {A: 0.25, EOS_ID: 0.75}}
+TEXT_PROBS = {"a": 0.5 * 0.75, "a a": 0.5 * 0.25, "b": 0.3, "c": 0.2}
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_seeded_samples_follow_the_model_probabilities(temperature):
+    """N lines, each drawn from its own generator (seed, line number): the frequency of each output
+    is within 4.5 standard errors (sqrt(p(1-p)/N), at most 0.008 for N = 4000) of its probability.
+    A correct sampler misses that band with probability under 1e-5 per output; the seed makes the
+    draw fixed, so the test is deterministic. Temperature 2 samples from p^(1/2), renormalised."""
+    def tempered(dist):
+        weights = {t: p ** (1 / temperature) for t, p in dist.items()}
+        return {t: w / sum(weights.values()) for t, w in weights.items()}
+
+    table = {(): tempered({A: 0.5, B_: 0.3, C: 0.2}), **{k: tempered(v) for k, v in SAMPLED.items()}}
+    expected = {"a": table[()][A] * table[(A,)][EOS_ID], "a a": table[()][A] * table[(A,)][A],
+                "b": table[()][B_], "c": table[()][C]}
+    if temperature == 1.0:
+        assert expected == pytest.approx(TEXT_PROBS)
+    model = FakeTranslationModel({(): {A: 0.5, B_: 0.3, C: 0.2}, **SAMPLED}, vocab=len(SYMBOLS) + 4)
+    tr = Translator(model, TokenizerPair.shared(SymbolTokenizer(SYMBOLS)))
+    n = 4000
+    out = tr.translate(["a"] * n, method="sample", seed=11, temperature=temperature, max_len_b=3)
+    assert set(out) <= set(expected)
+    for text, p in expected.items():
+        assert abs(out.count(text) / n - p) <= 4.5 * math.sqrt(p * (1 - p) / n), text
+    assert tr.translate(["a"] * n, method="sample", seed=11, temperature=temperature, max_len_b=3) == out
 
 
 @pytest.mark.parametrize("kwargs", [{"method": "greedy", "nbest": 1}, {"method": "sample", "nbest": 2},
