@@ -1,8 +1,11 @@
-"""The dynamic batcher: batching, isolation of a failing request, the queue bound, timeouts."""
+"""The dynamic batcher: batching, isolation of a failing request, the queue bound, timeouts.
+
+No test here depends on how fast a thread runs: where an outcome hangs on the order of the worker
+and the event loop, events fix that order (`started`, `gate`, `before_step`), and a wait that
+bounds a batch is long enough that only a full batch ends it."""
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -20,14 +23,15 @@ def run(coroutine):
 
 
 def test_concurrent_requests_are_batched_and_answered_in_order():
-    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=50))
+    # the first request waits for company until 8 texts have come (a minute: only a full batch ends it)
+    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=60_000))
 
     async def main():
         return await asyncio.gather(*(batcher.submit([f"t{i}", f"u{i}"]) for i in range(4)))
 
     assert run(main()) == [[f"T{i}", f"U{i}"] for i in range(4)]
     stats = batcher.stats.snapshot(0)
-    assert stats["batches"] < 4 and max(stats["batch_sizes"]) > 2  # requests shared a decode call
+    assert stats["batches"] == 1 and stats["batch_sizes"] == {8: 1}  # the four requests shared one decode call
     assert stats["requests"] == 4 and stats["texts"] == 8
     batcher.close()
 
@@ -56,19 +60,21 @@ def test_a_failing_request_fails_alone():
 
 
 def test_a_full_queue_refuses_at_once_and_a_slow_request_times_out():
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
-    def slow(texts, options):
-        release.wait(5)
+    def slow(texts, options):  # holds the worker until the test is over: every request times out
+        started.set()
+        release.wait(60)
         return texts
 
-    batcher = DynamicBatcher(slow, BatchConfig(max_batch=1, max_wait_ms=0, max_queue=2, timeout_s=0.3))
+    batcher = DynamicBatcher(slow, BatchConfig(max_batch=1, max_wait_ms=0, max_queue=2, timeout_s=0.2))
 
     async def main():
-        first = asyncio.ensure_future(batcher.submit(["busy"]))  # taken by the worker, blocks it
-        await asyncio.sleep(0.05)
+        first = asyncio.ensure_future(batcher.submit(["busy"]))
+        assert await asyncio.to_thread(started.wait, 60)  # the worker has taken it: the queue is empty
         waiting = [asyncio.ensure_future(batcher.submit([f"w{i}"])) for i in range(2)]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # both run up to their wait: each has queued its request
+        assert batcher.queue_length == 2
         with pytest.raises(QueueFull):
             await batcher.submit(["one too many"])
         results = await asyncio.gather(first, *waiting, return_exceptions=True)
@@ -100,11 +106,12 @@ def test_close_finishes_the_queue_then_refuses():
 
 
 class CountdownSession:
-    """A fake continuous session: text t ends after len(t) steps of 2 ms, as t.upper() + options.
-    It records, per step, the first text of each request in flight."""
+    """A fake continuous session: text t ends after len(t) steps, as t.upper() + options.
+    It records, per step, the first text of each request in flight. `before_step(n)`, if given,
+    is called before step n (0, 1, ...): a test holds the worker there."""
 
-    def __init__(self, options, log, fail_on=None):
-        self.options, self.log, self.fail_on = options or "", log, fail_on
+    def __init__(self, options, log, fail_on=None, before_step=None):
+        self.options, self.log, self.fail_on, self.before_step = options or "", log, fail_on, before_step
         self.left: dict = {}
 
     def __len__(self):
@@ -116,7 +123,8 @@ class CountdownSession:
         self.left[request] = (texts, max(len(t) for t in texts))
 
     def step(self):
-        time.sleep(0.002)
+        if self.before_step is not None:
+            self.before_step(len(self.log))
         self.log.append({texts[0] for texts, _ in self.left.values()})
         if self.fail_on == "step" and len(self.left) > 1:
             raise RuntimeError("the step failed")
@@ -130,59 +138,74 @@ class CountdownSession:
         return done
 
 
-def continuous(log, fail_on=None, **config):
-    return DynamicBatcher(upper, BatchConfig(**config), session=lambda options: CountdownSession(options, log, fail_on))
+def continuous(log, fail_on=None, gate=None, before_step=None, **config):
+    """A batcher over `CountdownSession`s. With `gate`, the worker opens its first session only once
+    the gate is set: the test queues all its requests first, so the first session sees them all."""
+    def session(options):
+        if gate is not None:
+            assert gate.wait(60)
+        return CountdownSession(options, log, fail_on, before_step)
+
+    return DynamicBatcher(upper, BatchConfig(**config), session=session)
+
+
+async def submit_all(batcher, gate, requests):
+    """Queue every (texts, options) request, open `gate`, then gather the answers."""
+    tasks = [asyncio.ensure_future(batcher.submit(texts, options)) for texts, options in requests]
+    await asyncio.sleep(0)  # each task runs up to its wait: its request is queued
+    gate.set()
+    return await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def test_continuous_requests_join_a_running_session_and_leave_when_done():
     log: list = []
-    batcher = continuous(log, max_batch=8)
+    running, go = threading.Event(), threading.Event()
+
+    def before_step(n):
+        if n == 5:  # the long one has run 5 steps: it waits here until the short ones are queued
+            running.set()
+            assert go.wait(60)
+
+    batcher = continuous(log, max_batch=8, before_step=before_step)
 
     async def main():
         long = asyncio.ensure_future(batcher.submit(["x" * 30]))
-        await asyncio.sleep(0.05)  # the long one is running when the short ones come
-        short = await asyncio.gather(*(batcher.submit([f"s{i}"]) for i in range(3)))
+        assert await asyncio.to_thread(running.wait, 60)
+        short = await submit_all(batcher, go, [([f"s{i}"], None) for i in range(3)])
         return short, await long
 
     short, long = run(main())
     assert short == [["S0"], ["S1"], ["S2"]] and long == ["X" * 30]
-    assert any("x" * 30 in s and len(s) > 1 for s in log)  # the short ones joined while the long one ran
-    assert log[-1] == {"x" * 30} and len(log) == 30  # ... and left before it: no step was added for them
+    # queued during step 5, they joined at step 6 and left after their 2 steps: no step was added for them
+    assert [len(s) for s in log] == [1] * 6 + [4] * 2 + [1] * 22
+    assert log[6] == {"x" * 30, "s0", "s1", "s2"} and log[-1] == {"x" * 30}
     assert batcher.stats.snapshot(0)["continuous_steps"] == len(log)
     batcher.close()
 
 
 def test_continuous_keeps_options_apart_and_the_texts_in_flight_bounded():
     log: list = []
-    batcher = continuous(log, max_batch=2)
-
-    async def main():
-        return await asyncio.gather(*(batcher.submit([f"t{i}"], "!" if i % 2 else "?") for i in range(6)))
-
-    assert run(main()) == [[f"T{i}" + ("!" if i % 2 else "?")] for i in range(6)]
-    assert all(len({int(t[1:]) % 2 for t in s}) == 1 for s in log)  # a step holds one kind of options
+    gate = threading.Event()
+    batcher = continuous(log, gate=gate, max_batch=2)
+    requests = [([f"t{i}"], "!" if i % 2 else "?") for i in range(6)]
+    assert run(submit_all(batcher, gate, requests)) == [[f"T{i}" + ("!" if i % 2 else "?")] for i in range(6)]
+    # options alternate in the queue, so each request runs alone (its 2 steps), in arrival order
+    assert log == [{f"t{i}"} for i in range(6) for _ in range(2)]
     batcher.close()
 
     log.clear()  # requests with the same options: they join each other, but never more than max_batch texts
-    batcher = continuous(log, max_batch=2)
-
-    async def same():
-        return await asyncio.gather(*(batcher.submit([f"t{i}"]) for i in range(6)))
-
-    assert run(same()) == [[f"T{i}"] for i in range(6)]
-    assert max(len(s) for s in log) == 2
+    gate = threading.Event()
+    batcher = continuous(log, gate=gate, max_batch=2)
+    assert run(submit_all(batcher, gate, [([f"t{i}"], None) for i in range(6)])) == [[f"T{i}"] for i in range(6)]
+    assert log == [{f"t{i}", f"t{i + 1}"} for i in (0, 2, 4) for _ in range(2)]
     batcher.close()
 
 
 def test_continuous_failures_hit_only_the_bad_request():
     for fail_on in ("boom", "step"):  # a request that cannot join; a step that raises (retried one by one)
         log: list = []
-        batcher = continuous(log, fail_on=fail_on, max_batch=8)
-
-        async def main():
-            return await asyncio.gather(batcher.submit(["ok"]), batcher.submit(["boom"]), batcher.submit(["fine"]),
-                                        return_exceptions=True)
-
-        good, bad, fine = run(main())
+        gate = threading.Event()  # all three are queued before the session opens: "step" fails with 3 in flight
+        batcher = continuous(log, fail_on=fail_on, gate=gate, max_batch=8)
+        good, bad, fine = run(submit_all(batcher, gate, [(["ok"], None), (["boom"], None), (["fine"], None)]))
         assert good == ["OK"] and fine == ["FINE"] and isinstance(bad, RuntimeError), fail_on
         batcher.close()
