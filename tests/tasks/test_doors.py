@@ -1,0 +1,141 @@
+"""One output through every door (issue 28): for each task, a tiny model directory answers the same
+input with the same settings identically through its CLI command, its Python pipeline and its HTTP
+route. A QA context longer than the directory's `max_input_tokens` keeps its question in every door."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import DecodeConfig, TransformerConfig
+from aiayn.data.synthetic import symbols
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+from aiayn.models import build_model
+from aiayn.models.decoder_only import DecoderOnlyConfig
+from aiayn.models.encoder_only import EncoderOnlyConfig
+from aiayn.tasks import load_pipeline
+from aiayn.tasks.base import write_task_info
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from aiayn.serve.app import create_app  # noqa: E402
+
+WORDS = symbols(12) + ["[SEP]"]
+GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))
+
+
+def save(directory, model_type, config, info, tokenizer=True):
+    torch.manual_seed(0)
+    build_model(model_type, config).save_pretrained(directory)
+    if tokenizer:
+        save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
+    write_task_info(directory, info)
+    return directory
+
+
+def text_model(tmp_path, info):
+    config = TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
+    return save(tmp_path / info["task"], "encoder-decoder", config, {"decode": GREEDY, **info})
+
+
+def http(directory, path, body):
+    with TestClient(create_app(directory)) as client:
+        response = client.post(path, json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def cli(capsys, *args):
+    capsys.readouterr()
+    assert main(list(map(str, args))) == 0
+    return capsys.readouterr().out
+
+
+def test_translation(tmp_path, capsys):
+    directory = text_model(tmp_path, {"task": "translation", "languages": ["de", "en"]})
+    lines = ["a b c d", "e f", "g h i j k l"]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in lines))
+    python = load_pipeline(directory)(lines)
+    assert cli(capsys, "translate", directory, "-i", tmp_path / "in.txt").splitlines() == python
+    assert http(directory, "/translate", {"q": lines, "source": "de", "target": "en"})["translatedText"] == python
+    native = http(directory, "/v1/translate", {"text": lines, "method": "greedy", "max_len_b": 5})
+    assert [t["text"] for t in native["translations"]] == python
+
+
+def test_summarization(tmp_path, capsys):
+    directory = text_model(tmp_path, {"task": "summarization", "keep": "start", "max_input_tokens": 6})
+    texts = ["a b\n c d e f g h i", "j k"]  # a line break inside a text: the pipeline flattens it
+    (tmp_path / "in.txt").write_text("a b  c d e f g h i\nj k\n")  # the CLI's one line per text
+    python = load_pipeline(directory)(texts)
+    assert python == load_pipeline(directory)(["a b c d e f g h i", "j k"])
+    assert cli(capsys, "summarize", "--model", directory, "-i", tmp_path / "in.txt").splitlines() == python
+    assert http(directory, "/v1/summarize", {"text": texts})["summaries"] == python
+
+
+def test_qa_keeps_the_question_of_a_long_context_in_every_door(tmp_path, capsys):
+    directory = text_model(tmp_path, {"task": "qa", "keep": "end", "max_input_tokens": 8})
+    context, question = " ".join(WORDS[:12] * 3), "k l"  # 36 context words, far over 8 tokens
+    pipeline = load_pipeline(directory)
+    python = pipeline([(context, question)])
+    kept = " ".join(" ".join(WORDS[:12] * 3).split()[-4:]) + " [SEP] k l"  # 7 tokens + EOS: the end is kept
+    assert python == pipeline.translator.translate([kept])  # the model saw the question and the latest words
+    maps = pipeline.attention(json.dumps({"context": context, "question": question}))  # `aiayn plot`'s door
+    assert maps.src_labels[:-1] == kept.split()  # the source it drew, before its EOS
+    (tmp_path / "q.jsonl").write_text(json.dumps({"context": context, "question": question}) + "\n")
+    out = cli(capsys, "answer", "--model", directory, "-i", tmp_path / "q.jsonl")
+    assert [json.loads(line)["prediction"] for line in out.splitlines()] == python
+    assert cli(capsys, "answer", "--model", directory, "--context", context, "--question", question).strip() == python[0]
+    assert http(directory, "/v1/answer", {"context": context, "question": question})["answers"] == python
+
+
+def test_generation(tmp_path, capsys):
+    config = DecoderOnlyConfig(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_positions=8)
+    directory = save(tmp_path / "lm", "decoder-only", config, {"task": "lm", "block": 8})
+    options = {"max_new_tokens": 12, "method": "sample", "seed": 3, "temperature": 1.5}
+    prompt = "a b c d e f g h i j"  # longer than the block: the last half block is kept, in every door
+    python = load_pipeline(directory)([prompt], **options)[0]
+    out = cli(capsys, "generate", "--model", directory, "--prompt", prompt, "--max-new-tokens", 12, "--seed", 3,
+              "--temperature", 1.5)
+    assert out == prompt + python + "\n"
+    assert http(directory, "/v1/generate", {"prompt": prompt, **options})["text"] == python
+
+
+def test_classification(tmp_path, capsys):
+    config = EncoderOnlyConfig(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32, n_classes=2)
+    directory = save(tmp_path / "clf", "encoder-only", config,
+                     {"task": "classify", "labels": ["neg", "pos"], "max_input_tokens": 4})
+    texts = ["a b c d e f", "g h", "i j k l"]
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in texts))
+    python = load_pipeline(directory)(texts)
+    assert python[0] == load_pipeline(directory)(["a b c d"])[0]  # cut to max_input_tokens, as in training
+    lines = cli(capsys, "classify", "--model", directory, "-i", tmp_path / "in.txt").splitlines()
+    assert lines == [f"{label}\t{p:.4f}" for label, p in python]
+    served = http(directory, "/v1/classify", {"text": texts})["labels"]
+    assert [(x["label"], x["probability"]) for x in served] == python
+
+
+def test_image_classification(tmp_path, capsys):
+    config = EncoderOnlyConfig(vocab_size=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, n_classes=10,
+                               input="patches", patch_dim=4, max_positions=17)
+    labels = [str(d) for d in range(10)]
+    directory = save(tmp_path / "vit", "encoder-only", config,
+                     {"task": "image-classify", "labels": labels, "patch_size": 2}, tokenizer=False)
+    images = np.random.default_rng(0).random((3, 8, 8)).round(3).tolist()
+    (tmp_path / "in.txt").write_text("".join(json.dumps(image) + "\n" for image in images))
+    python = load_pipeline(directory)(images)
+    lines = cli(capsys, "classify", "--model", directory, "-i", tmp_path / "in.txt").splitlines()
+    assert lines == [f"{label}\t{p:.4f}" for label, p in python]
+    served = http(directory, "/v1/classify", {"image": images})["labels"]
+    assert [(x["label"], x["probability"]) for x in served] == python
+    assert http(directory, "/v1/classify", {"image": images[0]})["labels"][0]["label"] == python[0][0]
+
+
+def test_a_command_on_another_tasks_model_names_the_command_that_fits(tmp_path, capsys):
+    directory = text_model(tmp_path, {"task": "qa", "keep": "end"})
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert main(["translate", str(directory), "-i", str(tmp_path / "in.txt")]) == 2
+    assert capsys.readouterr().err.strip().endswith("a qa model, which `aiayn translate` does not run; use `aiayn answer`")
