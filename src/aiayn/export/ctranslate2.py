@@ -148,6 +148,7 @@ def _check_destination(out_dir: Path) -> None:
 def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version: str) -> dict:
     from aiayn import __version__
     from aiayn.config import DecodeConfig
+    from aiayn.tasks import DEFAULT_TASK
 
     c = model.config
     return {
@@ -157,7 +158,7 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version
         "model": {"n_encoder_layers": c.n_encoder_layers, "n_decoder_layers": c.n_decoder_layers,
                   "d_model": c.d_model, "n_heads": c.n_heads, "norm_first": c.norm_first,
                   "src_vocab_size": c.src_vocab_size, "tgt_vocab_size": c.tgt_vocab_size},
-        "task": info.get("task", "translation"), "languages": info.get("languages"),
+        "task": info.get("task", DEFAULT_TASK), "languages": info.get("languages"),
         "decode": info.get("decode", dataclasses.asdict(DecodeConfig())),  # the defaults a translator starts from
         "task_info": info,  # task.json, also copied beside this file
     }
