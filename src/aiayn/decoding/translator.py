@@ -18,7 +18,6 @@ into `translate` calls (`first_index`).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -31,6 +30,7 @@ from aiayn.decoding.common import pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import for_inference
 from aiayn.decoding.sampling import sample
+from aiayn.runtime import stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -252,8 +252,7 @@ def _as_returned(results: list[NBest], nbest: bool) -> list[str] | list[NBest]:
 def line_seed(seed: int, line: int) -> int:
     """The seed of line number `line` in a run seeded with `seed`: a hash, so that neighbouring
     (seed, line) pairs give unrelated random streams. A 64-bit value, as `manual_seed` takes."""
-    digest = hashlib.blake2b(f"{seed}:{line}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    return stable_hash(f"{seed}:{line}")
 
 
 def check_vocab(config, tokenizers, where: str = "") -> None:
