@@ -4,7 +4,6 @@ through the model directory's pipeline (`aiayn.tasks.load_pipeline`; line handli
 
 from __future__ import annotations
 
-import sys
 
 from aiayn.config import DECODE_METHODS, DecodeConfig, SamplingConfig
 from aiayn.runtime import DEVICES_HELP

@@ -28,7 +28,7 @@ from aiayn.config import BOS_ID, EOS_ID
 from aiayn.decoding.common import output_limits
 from aiayn.decoding.greedy import greedy_search
 from aiayn.models.base import eval_mode
-from aiayn.plots._figure import DEFAULT_SIZE, new_figure, save_png
+from aiayn.plots._figure import DEFAULT_SIZE, new_figure
 
 PARTS = ("encoder", "decoder", "cross")
 TITLES = MappingProxyType({"encoder": "encoder self-attention", "decoder": "decoder masked self-attention",

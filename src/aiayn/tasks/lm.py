@@ -73,81 +73,6 @@ def split_text(text: str, valid_fraction: float) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-class LMTask:
-    name = "lm"
-    data_config = LMData
-
-    def __init__(self, cfg: TrainConfig):
-        self.cfg, self.data = cfg, cfg.data
-        self.tokenizers: Optional[TokenizerPair] = None
-        self.train_ids = self.valid_ids = None
-        self.block = cfg.model.build(64, 64).max_positions  # the model's context: the block size
-        self.rows = max(1, cfg.data.max_tokens // self.block)  # blocks per micro-batch
-
-
-    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
-        from aiayn.data.corpus import read_text_file
-
-        t = time.monotonic()
-        train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction)
-        self.tokenizers = run_tokenizers(self.data, run_dir, dist, fresh, lambda: self._build_tokenizers(train))
-        tok = self.tokenizers.src
-        self.train_ids = np.asarray(tok.encode(train), dtype=np.int32)
-        self.valid_ids = np.asarray(tok.encode(valid), dtype=np.int32)
-        if len(self.train_ids) <= self.block or len(self.valid_ids) <= self.block:
-            raise ValueError(f"{self.data.corpus}: too short for blocks of {self.block} tokens "
-                             f"({len(self.train_ids)} training, {len(self.valid_ids)} validation tokens)")
-        log.info("data ready in %.1f s: %d training and %d validation tokens, vocabulary %d",
-                 time.monotonic() - t, len(self.train_ids), len(self.valid_ids), tok.vocab_size)
-
-    def _build_tokenizers(self, train: str) -> TokenizerPair:
-        if self.data.vocab_type == "chars":
-            return TokenizerPair.shared(CharTokenizer.from_text(train))
-        from aiayn.data.tokenizer import SentencePieceTokenizer
-
-        lines = [line for line in train.split("\n") if line.strip()]
-        return TokenizerPair.shared(SentencePieceTokenizer.train(lines, vocab_size=self.data.vocab_size,
-                                                                 model_type=self.data.vocab_type, seed=self.cfg.train.seed))
-
-    def model_spec(self):
-        """`[model] type = "decoder-only"` (GPT), sized to the vocabulary."""
-        size = self.tokenizers.src.vocab_size
-        return self.cfg.model.type, self.cfg.model.build(size, size)
-
-    def train_data(self, dist: DistInfo) -> Callable[[int], LazyBatches]:
-        n_batches = max(1, len(self.train_ids) // (self.rows * self.block * dist.world_size))
-        high = len(self.train_ids) - self.block - 1
-
-        def epoch(e: int) -> EpochBlocks:
-            rng = np.random.default_rng([self.cfg.train.seed, e, dist.rank])
-            return blocks(self.train_ids, rng.integers(0, high + 1, size=(n_batches, self.rows)), self.block)
-
-        return epoch
-
-    def valid_data(self) -> list[Blocks]:
-        """Every non-overlapping block of the validation tokens, in order."""
-        starts = np.arange((len(self.valid_ids) - 1) // self.block) * self.block
-        batches = [starts[i:i + self.rows] for i in range(0, len(starts), self.rows)]  # the last may be short
-        return [blocks(self.valid_ids, b[None], self.block)[0] for b in batches]
-
-    def loss(self, model, batch: Blocks) -> LossSums:
-        logits = model(batch.x)  # (B, T, V)
-        return label_smoothed_loss(logits, batch.y, self.cfg.optim.label_smoothing, PAD_ID)
-
-    def n_targets(self, batch: Blocks) -> int:
-        return batch.y.numel()
-
-    def validate(self, model) -> dict[str, float]:
-        return {}
-
-    def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
-        return None
-
-    def save_extras(self, model_dir: Path) -> None:
-        save_tokenizers(self.tokenizers, model_dir)
-        write_task_info(model_dir, {"task": self.name, "block": self.block})
-
-
 @dataclass(frozen=True)
 class GenerateRequest:
     """The body of /v1/generate (and the options of `aiayn generate`)."""
@@ -257,4 +182,78 @@ class Generator(Pipeline):
         return self_attention_maps(self.model, self.tokenizer, line, "decoder")
 
 
-LMTask.pipeline = Generator
+
+class LMTask:
+    name = "lm"
+    data_config = LMData
+    pipeline = Generator
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg, self.data = cfg, cfg.data
+        self.tokenizers: Optional[TokenizerPair] = None
+        self.train_ids = self.valid_ids = None
+        self.block = cfg.model.build(64, 64).max_positions  # the model's context: the block size
+        self.rows = max(1, cfg.data.max_tokens // self.block)  # blocks per micro-batch
+
+
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
+        from aiayn.data.corpus import read_text_file
+
+        t = time.monotonic()
+        train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction)
+        self.tokenizers = run_tokenizers(self.data, run_dir, dist, fresh, lambda: self._build_tokenizers(train))
+        tok = self.tokenizers.src
+        self.train_ids = np.asarray(tok.encode(train), dtype=np.int32)
+        self.valid_ids = np.asarray(tok.encode(valid), dtype=np.int32)
+        if len(self.train_ids) <= self.block or len(self.valid_ids) <= self.block:
+            raise ValueError(f"{self.data.corpus}: too short for blocks of {self.block} tokens "
+                             f"({len(self.train_ids)} training, {len(self.valid_ids)} validation tokens)")
+        log.info("data ready in %.1f s: %d training and %d validation tokens, vocabulary %d",
+                 time.monotonic() - t, len(self.train_ids), len(self.valid_ids), tok.vocab_size)
+
+    def _build_tokenizers(self, train: str) -> TokenizerPair:
+        if self.data.vocab_type == "chars":
+            return TokenizerPair.shared(CharTokenizer.from_text(train))
+        from aiayn.data.tokenizer import SentencePieceTokenizer
+
+        lines = [line for line in train.split("\n") if line.strip()]
+        return TokenizerPair.shared(SentencePieceTokenizer.train(lines, vocab_size=self.data.vocab_size,
+                                                                 model_type=self.data.vocab_type, seed=self.cfg.train.seed))
+
+    def model_spec(self):
+        """`[model] type = "decoder-only"` (GPT), sized to the vocabulary."""
+        size = self.tokenizers.src.vocab_size
+        return self.cfg.model.type, self.cfg.model.build(size, size)
+
+    def train_data(self, dist: DistInfo) -> Callable[[int], LazyBatches]:
+        n_batches = max(1, len(self.train_ids) // (self.rows * self.block * dist.world_size))
+        high = len(self.train_ids) - self.block - 1
+
+        def epoch(e: int) -> LazyBatches:
+            rng = np.random.default_rng([self.cfg.train.seed, e, dist.rank])
+            return blocks(self.train_ids, rng.integers(0, high + 1, size=(n_batches, self.rows)), self.block)
+
+        return epoch
+
+    def valid_data(self) -> list[Blocks]:
+        """Every non-overlapping block of the validation tokens, in order."""
+        starts = np.arange((len(self.valid_ids) - 1) // self.block) * self.block
+        batches = [starts[i:i + self.rows] for i in range(0, len(starts), self.rows)]  # the last may be short
+        return [blocks(self.valid_ids, b[None], self.block)[0] for b in batches]
+
+    def loss(self, model, batch: Blocks) -> LossSums:
+        logits = model(batch.x)  # (B, T, V)
+        return label_smoothed_loss(logits, batch.y, self.cfg.optim.label_smoothing, PAD_ID)
+
+    def n_targets(self, batch: Blocks) -> int:
+        return batch.y.numel()
+
+    def validate(self, model) -> dict[str, float]:
+        return {}
+
+    def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
+        return None
+
+    def save_extras(self, model_dir: Path) -> None:
+        save_tokenizers(self.tokenizers, model_dir)
+        write_task_info(model_dir, {"task": self.name, "block": self.block})

@@ -25,7 +25,6 @@ more than it validates, `report`.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -170,7 +169,7 @@ class Seq2SeqTask:
         """`[model] type`: the encoder-decoder (default) or another sequence-to-sequence model, e.g. "rnn"."""
         return self.cfg.model.type, self.cfg.model.build(self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size)
 
-    def train_data(self, dist: DistInfo) -> Callable[[int], EpochBatches]:
+    def train_data(self, dist: DistInfo) -> Callable[[int], LazyBatches]:
         """epoch -> this rank's deterministic batches; `max_tokens` bounds src.numel() + tgt_in.numel()."""
         data = self.data
         sampler = self.train_set.sampler(data.max_tokens, seed=self.cfg.train.seed, rank=dist.rank,
