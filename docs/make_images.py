@@ -39,14 +39,17 @@ def model_free(out: Path) -> None:
 
 
 def attention(model_dir: Path, sentence: str, prefix: str, out: Path) -> None:
-    """The last layer: cross-attention of all heads, and the three kinds for head 0."""
-    maps = plots.attention_for_sentence(model_dir, sentence)
+    """The last layer: cross-attention of all heads, and the three kinds for head 0. The model is
+    reached through its pipeline, as `aiayn plot attention` reaches it (its task.json's settings)."""
+    from aiayn.tasks import load_pipeline
+
+    maps = load_pipeline(model_dir).attention(sentence)
     print(f"{prefix}: {' '.join(maps.src_labels)} -> {' '.join(maps.out_labels)}")
     scale = max(1.0, len(maps.src_labels) / 12)  # room for long subword sentences
     cross_size = (int(900 * scale), int(600 * scale))
     parts_size = (int(900 * scale), int(340 * scale))
-    save(plots.plot_attention(maps, "cross", size=cross_size)[0], f"{prefix}_cross.png", out)
-    save(plots.plot_attention(maps, "all", head=0, size=parts_size)[0], f"{prefix}_all_parts.png", out)
+    save(maps.draw("cross", size=cross_size)[0], f"{prefix}_cross.png", out)
+    save(maps.draw("all", head=0, size=parts_size)[0], f"{prefix}_all_parts.png", out)
 
 
 def demo_model(given: str | None, work: Path) -> Path:

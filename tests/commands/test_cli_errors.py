@@ -8,7 +8,6 @@ import sys
 import pytest
 import torch
 
-import aiayn.commands.translate as translate
 from aiayn.cli import main
 from aiayn.config import ConfigError
 from aiayn.io import LockedError
@@ -44,10 +43,13 @@ def one_error_line(err: str, command: str = "translate") -> str:
 
 
 def raising(error: BaseException):
-    def fail(args):
+    def fail(*args, **kwargs):
         raise error
 
     return fail
+
+
+LOAD = "aiayn.tasks.load_pipeline"  # where every command loads its model (through commands.door.load)
 
 
 @pytest.mark.parametrize("error,message", [
@@ -58,19 +60,19 @@ def raising(error: BaseException):
     (ConfigError("warmup_steps must be an integer, got 10.5"), "warmup_steps must be an integer, got 10.5"),
 ])
 def test_expected_failures_are_one_line(error, message, monkeypatch, capsys):
-    monkeypatch.setattr(translate, "load_translator", raising(error))
+    monkeypatch.setattr(LOAD, raising(error))
     assert main(["translate", str(FIXTURE)]) == 2
     assert one_error_line(capsys.readouterr().err) == message
 
 
 def test_verbose_shows_the_traceback(monkeypatch):
-    monkeypatch.setattr(translate, "load_translator", raising(LockedError("in use")))
+    monkeypatch.setattr(LOAD, raising(LockedError("in use")))
     with pytest.raises(LockedError, match="in use"):
         main(["-v", "translate", str(FIXTURE)])
 
 
 def test_interrupt_exits_130(monkeypatch, capsys):
-    monkeypatch.setattr(translate, "load_translator", raising(KeyboardInterrupt()))
+    monkeypatch.setattr(LOAD, raising(KeyboardInterrupt()))
     assert main(["translate", str(FIXTURE)]) == 130
     assert capsys.readouterr().err == "interrupted\n"
 
@@ -89,7 +91,7 @@ def test_unwritable_output_path(from_file, tmp_path, monkeypatch, capsys):
     src.write_text("a b\n")
     inputs = ["-i", str(src)] if from_file else []
     with_stdin(monkeypatch, "a b\n")
-    monkeypatch.setattr(translate, "load_translator", raising(AssertionError("translated before checking")))
+    monkeypatch.setattr(LOAD, raising(AssertionError("translated before checking")))
     assert main(["translate", str(FIXTURE), *inputs, "-o", str(blocker / "sub" / "out.txt"), *FAST]) == 2
     assert one_error_line(capsys.readouterr().err) == f"{blocker}: Not a directory"
 
@@ -98,6 +100,23 @@ def test_read_only_output_folder(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("os.access", lambda path, mode: False)  # chmod cannot stop root
     assert main(["translate", str(FIXTURE), "-o", str(tmp_path / "out.txt")]) == 2
     assert one_error_line(capsys.readouterr().err) == f"{tmp_path}: Permission denied"
+
+
+@pytest.mark.parametrize("command", ["translate", "plot"])
+def test_a_one_stack_model_without_task_json_is_one_line(command, tmp_path, monkeypatch, capsys):
+    """Without task.json a directory is read as a translation model; a decoder-only one cannot be
+    one, and says so (it was an AttributeError's traceback)."""
+    from aiayn.data.synthetic import symbols
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+    from aiayn.models import DecoderOnly, DecoderOnlyConfig
+
+    DecoderOnly(DecoderOnlyConfig(vocab_size=14, d_model=16, n_heads=2, n_layers=1, d_ff=32)).save_pretrained(tmp_path)
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(symbols(10))), tmp_path)
+    with_stdin(monkeypatch, "a b\n")
+    args = ["translate", str(tmp_path)] if command == "translate" else [
+        "plot", "attention", "--model", str(tmp_path), "--sentence", "a b", "-o", str(tmp_path / "a.png")]
+    assert main(args) == 2
+    assert "a decoder-only model does not translate" in one_error_line(capsys.readouterr().err, command)
 
 
 def test_cuda_without_a_gpu_is_one_line(monkeypatch, capsys):

@@ -66,11 +66,16 @@ def test_files_with_progress_bar(model_dir, tmp_path, capsys):
     assert hyp.read_text(encoding="utf-8").split("\n")[:-1] == expected(model_dir)
 
 
-def test_invalid_utf8_and_unknown_characters(model_dir, tmp_path, capsys):
+def test_invalid_utf8_and_unknown_characters(model_dir, tmp_path, monkeypatch, capsys):
+    """Invalid bytes are replaced, from a file and from stdin alike (issue 33 item 8)."""
     src = tmp_path / "bad.txt"
     src.write_bytes(b"a \xff b\n\xe2\x98\x83\n")
     assert main(["translate", str(model_dir), "-i", str(src), *FAST]) == 0
-    assert len(capsys.readouterr().out.split("\n")) == 3
+    from_file = capsys.readouterr().out
+    assert len(from_file.split("\n")) == 3
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes()), encoding="utf-8"))
+    assert main(["translate", str(model_dir), *FAST]) == 0
+    assert capsys.readouterr().out == from_file
 
 
 def test_overlong_line_warns(model_dir, monkeypatch, capsys, caplog):
@@ -151,7 +156,7 @@ def test_evaluate_counts_lines_at_newlines_only(tmp_path, capsys):
 
 
 def test_seeded_samples_are_the_same_from_stdin_chunks_and_a_file(model_dir, tmp_path, monkeypatch, capsys):
-    import aiayn.commands.translate as translate
+    import aiayn.commands.door as door
 
     text = "\n".join(LINES) + "\n"
     src = tmp_path / "in.txt"
@@ -159,7 +164,7 @@ def test_seeded_samples_are_the_same_from_stdin_chunks_and_a_file(model_dir, tmp
     sampling = ["--method", "sample", "--seed", "3", "--max-len-b", "6"]
     assert main(["translate", str(model_dir), "-i", str(src), *sampling]) == 0
     from_file = capsys.readouterr().out
-    monkeypatch.setattr(translate, "STDIN_CHUNK", 2)
+    monkeypatch.setattr(door, "STDIN_CHUNK", 2)
     with_stdin(monkeypatch, text)
     assert main(["translate", str(model_dir), *sampling]) == 0
     assert capsys.readouterr().out == from_file
@@ -173,24 +178,28 @@ def test_nbest_without_beam_search_is_a_clear_error(model_dir, monkeypatch, caps
                                        "and sampling give one unscored output\n")
 
 
-def test_evaluate_checks_line_counts_before_translating(model_dir, tmp_path, monkeypatch, capsys):
-    import aiayn.commands.translate as translate
+def decoding_fails(monkeypatch, message: str) -> None:
+    """The translation pipeline fails the test if it is asked to decode (loading it is allowed:
+    `evaluate --model` reads the task's metric from it before the checks)."""
+    from aiayn.tasks.translation import TranslationPipeline
 
+    monkeypatch.setattr(TranslationPipeline, "run", lambda *args, **kwargs: pytest.fail(message))
+
+
+def test_evaluate_checks_line_counts_before_translating(model_dir, tmp_path, monkeypatch, capsys):
     src, ref = tmp_path / "src", tmp_path / "ref"
     src.write_text("a b\nc d\ne\n")
     ref.write_text("a b\nc d\n")
-    monkeypatch.setattr(translate, "load_translator", lambda args: pytest.fail("translated before checking"))
+    decoding_fails(monkeypatch, "translated before checking")
     assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref)]) == 2
     assert capsys.readouterr().err == f"aiayn evaluate: error: {src} has 3 lines but {ref} has 2\n"
 
 
 def test_evaluate_rejects_tokenize_for_another_metric_before_decoding(model_dir, tmp_path, monkeypatch, capsys):
-    import aiayn.commands.translate as translate
-
     src, ref, saved = tmp_path / "src", tmp_path / "ref", tmp_path / "hyp"
     src.write_text("a b\nc d\n")
     ref.write_text("a b\nc d\n")
-    monkeypatch.setattr(translate, "load_translator", lambda *args: pytest.fail("decoded before checking"))
+    decoding_fails(monkeypatch, "decoded before checking")
     assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref), "--metric", "rouge",
                  "--tokenize", "intl", "--save-hyp", str(saved)]) == 2
     assert "--tokenize is sacreBLEU's" in capsys.readouterr().err and not saved.exists()

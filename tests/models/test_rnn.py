@@ -142,12 +142,12 @@ def test_alignment_picture_of_the_rnn(tmp_path, capsys):
 
     from aiayn.cli import main
     from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-    from aiayn.plots import attention_for_sentence
+    from aiayn.tasks import load_pipeline
 
     tok = SymbolTokenizer([chr(ord("a") + i) for i in range(V - 4)])
     rnn(input_feeding=True).save_pretrained(tmp_path / "m")
     save_tokenizers(TokenizerPair.shared(tok), tmp_path / "m")
-    maps = attention_for_sentence(tmp_path / "m", "a b c", max_len_b=3)
+    maps = load_pipeline(tmp_path / "m").attention("a b c", max_len_b=3)
     L, H, T, S = maps.cross.shape
     assert (L, H, S) == (1, 1, 4) and T == len(maps.out_ids)  # "a b c" + EOS
     np.testing.assert_allclose(maps.cross.sum(-1), 1.0, rtol=1e-5)

@@ -1,4 +1,7 @@
-"""`aiayn plot attention` for the one-stack models: GPT's causal and BERT's bidirectional self-attention."""
+"""`aiayn plot attention` for the one-stack models: GPT's causal and BERT's bidirectional self-attention,
+reached as every door reaches a model, through its task's pipeline (`load_pipeline(dir).attention`)."""
+
+import json
 
 import numpy as np
 import pytest
@@ -7,7 +10,8 @@ import torch
 from aiayn.cli import main
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.models import DecoderOnly, DecoderOnlyConfig, EncoderOnly, EncoderOnlyConfig
-from aiayn.plots.attention import attention_for_sentence, plot_attention
+from aiayn.plots.attention import plot_attention
+from aiayn.tasks import load_pipeline
 
 WORDS = "the cat sat on a mat".split()
 
@@ -18,10 +22,13 @@ def test_self_attention_maps_and_plot(tmp_path, kind):
     vocab = 4 + len(WORDS)
     model = (DecoderOnly(DecoderOnlyConfig(vocab_size=vocab, d_model=16, n_heads=2, n_layers=2, d_ff=32))
              if kind == "decoder-only" else
-             EncoderOnly(EncoderOnlyConfig(vocab_size=vocab, d_model=16, n_heads=2, n_layers=2, d_ff=32)))
+             EncoderOnly(EncoderOnlyConfig(vocab_size=vocab, d_model=16, n_heads=2, n_layers=2, d_ff=32, n_classes=2)))
     model.save_pretrained(tmp_path)
     save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), tmp_path)
-    maps = attention_for_sentence(tmp_path, "the cat sat on a mat")
+    # task.json says which door a directory has (without it a directory is a translation model)
+    task = {"task": "lm"} if kind == "decoder-only" else {"task": "classify", "labels": ["no", "yes"]}
+    (tmp_path / "task.json").write_text(json.dumps(task))
+    maps = load_pipeline(tmp_path).attention("the cat sat on a mat")
     part = "decoder" if kind == "decoder-only" else "encoder"
     weights = maps.part(part)  # (L, H, T, T)
     n = 6 if part == "decoder" else 7  # BERT reads [CLS] first
@@ -43,7 +50,7 @@ def test_vit_cls_to_patch_attention(tmp_path):
     pytest.importorskip("sklearn", reason="the digits come with scikit-learn (the vision extra)")
     import json
 
-    from aiayn.plots.patches import cls_patch_attention, plot_patch_attention
+    from aiayn.plots.patches import plot_patch_attention
     from aiayn.tasks.vision import load_digits, patches, split_indices
 
     torch.manual_seed(0)
@@ -52,7 +59,7 @@ def test_vit_cls_to_patch_attention(tmp_path):
     vit.save_pretrained(tmp_path)
     (tmp_path / "task.json").write_text(json.dumps({"task": "image-classify", "labels": list("0123456789"),
                                                     "patch_size": 2}))
-    att = cls_patch_attention(tmp_path, index=5)
+    att = load_pipeline(tmp_path).attention("5")  # test image number 5
     assert att.cls.shape == (3, 2, 16)
     x = torch.from_numpy(patches(att.image[None], 2))
     with torch.no_grad():

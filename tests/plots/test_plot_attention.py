@@ -4,7 +4,8 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decoding.greedy import greedy_search
-from aiayn.plots import attention as att
+from aiayn.plots import attention as att, save_png
+from aiayn.tasks import load_pipeline
 from plot_helpers import SYMBOLS, assert_picture, tiny_model
 
 
@@ -59,7 +60,7 @@ def test_padded_positions_get_zero_weight(model):
 
 
 def test_attention_for_sentence_labels_real_tokens(model_dir):
-    maps = att.attention_for_sentence(model_dir, "a c b j", max_len_b=3)
+    maps = load_pipeline(model_dir).attention("a c b j", max_len_b=3)
     assert maps.src_labels == ["a", "c", "b", "j", "</s>"]
     assert maps.in_labels[0] == "<s>"
     assert maps.in_labels[1:] == maps.out_labels[:-1]
@@ -73,7 +74,7 @@ def test_plot_attention_draws_each_layout(model, tmp_path, part, head):
     parts = att.PARTS if part == "all" else (part,)
     n_maps = len(parts) * (1 if head is not None else 2)
     assert sum(1 for k in arrays if "/head" in k) == n_maps
-    assert_picture(att.save_png(fig, tmp_path / "a.png"), (600, 400))
+    assert_picture(save_png(fig, tmp_path / "a.png"), (600, 400))
 
 
 def test_plot_attention_rejects_bad_layer_and_head(model):
@@ -87,8 +88,9 @@ def test_plot_attention_rejects_bad_layer_and_head(model):
 
 
 def test_save_attention_plot(model_dir, tmp_path):
-    path = att.save_attention_plot(model_dir, "a b c d", tmp_path / "sub" / "att.png", size=(500, 400),
-                                   max_len_b=4)
+    """A model directory's attention as a PNG, the way `aiayn plot attention` draws it."""
+    fig, _ = load_pipeline(model_dir).attention("a b c d", max_len_b=4).draw(size=(500, 400))
+    path = save_png(fig, tmp_path / "sub" / "att.png")
     assert path == tmp_path / "sub" / "att.png"
     assert_picture(path, (500, 400))
 

@@ -131,6 +131,9 @@ class Translator(TextTranslator):
     def __init__(self, model, tokenizers, decode: DecodeConfig | None = None, sampling: SamplingConfig | None = None,
                  max_input_tokens: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
                  keep: str = "start"):
+        if not hasattr(model, "max_input_length"):  # one stack (GPT, BERT): no source to translate from
+            raise ValueError(f"a {model.model_type} model does not translate: a Translator needs an encoder-decoder "
+                             "(a model directory without task.json is read as a translation model)")
         super().__init__(tokenizers, decode, sampling, max_input_tokens or model.max_input_length, batch_tokens, keep)
         self.model = model.eval()
         check_vocab(model.config, tokenizers)
