@@ -56,13 +56,13 @@ def run(args) -> int:
     else:
         if not args.src:
             raise ValueError("--model needs --src (the source file to decode)")
-        pipeline = _pipeline(args)
-        metric = args.metric or pipeline.metric
-        check_tokenize(args.tokenize, metric)  # this and the rest before spending time on decoding
+        metric = args.metric or _task_metric(args.model)
+        check_tokenize(args.tokenize, metric)  # this and the rest before loading the model and decoding
         sources = read_lines(args.src)
         check_aligned(args.src, sources, args.ref[0], references[0])
         if args.save_hyp:
             check_writable(args.save_hyp)
+        pipeline = _pipeline(args)
         hyps = _decode(args, pipeline, sources)
     refs = [list(per_line) for per_line in zip(*references)]  # per output, its references
     kwargs = {"tokenize": args.tokenize} if metric == "bleu" else {}
@@ -81,16 +81,25 @@ def report(result: dict) -> str:
     return "\n".join(f"{result[f'{name}_detail']}\n  signature: {result[f'{name}_signature']}" for name in names)
 
 
+def _task_metric(model_dir: str) -> str:
+    """The metric of the model directory's task (read from task.json, the model not loaded); a task
+    without one is an error."""
+    from aiayn.tasks import task_class, task_of
+
+    task = task_of(model_dir)
+    pipeline = task_class(task).pipeline
+    if not pipeline.metric:
+        raise ValueError(f"{model_dir}: a {task} model has no metric for aiayn evaluate --model; "
+                         f"use `aiayn {pipeline.command}`" if pipeline.command else f"{model_dir}: a {task} model "
+                         "has no metric for aiayn evaluate --model")
+    return pipeline.metric
+
+
 def _pipeline(args):
-    """The model's pipeline; a model whose task has no metric (and no --metric) is an error now."""
     from aiayn.commands.door import load
     from aiayn.commands.translate import pipeline_options
 
-    pipeline = load(args, **pipeline_options(args))
-    if not (args.metric or pipeline.metric):
-        raise ValueError(f"{args.model}: a {pipeline.task} model has no metric for aiayn evaluate --model; "
-                         f"use `aiayn {pipeline.command}`")
-    return pipeline
+    return load(args, **pipeline_options(args))
 
 
 def check_no_decoding(args) -> None:
