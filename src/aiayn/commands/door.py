@@ -88,7 +88,8 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
         return 0
     stdin = stdin_lines()
     chunk = 1 if stdin.isatty() else STDIN_CHUNK
-    sink = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    to_stdout = args.output in (None, "-")
+    sink = sys.stdout if to_stdout else open(args.output, "w", encoding="utf-8")  # streamed: written through
     try:
         done = 0
         while lines := [chomp(line) for line in islice(stdin, chunk)]:

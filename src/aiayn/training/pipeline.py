@@ -86,7 +86,7 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
             model = build_model(model_type, model_cfg).to(device)
             if run.init_from and not resume:
-                vocabulary = getattr(task, "tokenizers", None)  # a text task's, set by prepare; none for patches
+                vocabulary = task.tokenizers  # a text task's, set by prepare; None for patches
                 load_matching(model, run.init_from, vocabulary)
             log.info("model: %s, d_model %d, layers %s, %s parameters", model_type, model_cfg.width, model_cfg.depth,
                      f"{model.num_parameters():,}")
