@@ -120,3 +120,15 @@ def test_dash_is_stdout(model_dir, src, tmp_path, monkeypatch, capsys):
     assert translate_to(model_dir, src, "-") == 0
     assert capsys.readouterr().out == expected(model_dir)
     assert not (tmp_path / "-").exists()
+
+
+def test_dash_is_stdout_when_reading_stdin_too(model_dir, src, tmp_path, monkeypatch, capsys):
+    import io
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
+    capsys.readouterr()
+    assert main(["translate", str(model_dir), "-o", "-", *FAST]) == 0  # streamed in chunks, not through write_lines
+    assert capsys.readouterr().out == expected(model_dir)
+    assert not (tmp_path / "-").exists()
