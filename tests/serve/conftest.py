@@ -54,3 +54,58 @@ def live_server():
         server.should_exit = True
         thread.join(10)
         sock.close()
+
+
+# One tiny random model directory per task with an HTTP route, and a request each route answers 200.
+WORDS = symbols(12) + ["[SEP]"]
+GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))
+IMAGE = [[0.0, 0.25, 0.5, 0.75]] * 4  # 4x4 pixels: four 2x2 patches
+REQUESTS = {  # task -> (path, fields) of every route that runs the model
+    "translation": [("/translate", {"q": "a b c", "source": "de", "target": "en"}),
+                    ("/v1/translate", {"text": ["a b c"], "method": "greedy"})],
+    "summarization": [("/v1/summarize", {"text": "a b c d"})],
+    "qa": [("/v1/answer", {"context": "a b c", "question": "d"})],
+    "lm": [("/v1/generate", {"prompt": "a b", "max_new_tokens": 3, "method": "greedy"})],
+    "classify": [("/v1/classify", {"text": "a b c"})],
+    "image-classify": [("/v1/classify", {"image": IMAGE})],
+}
+
+
+def tiny_model(directory, task: str):
+    """A random model of `task` small enough to build and answer in well under a second."""
+    from aiayn.models import build_model
+    from aiayn.models.decoder_only import DecoderOnlyConfig
+    from aiayn.models.encoder_only import EncoderOnlyConfig
+    from aiayn.tasks.base import write_task_info
+
+    torch.manual_seed(0)
+    small = dict(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    info = {"task": task}
+    if task == "lm":
+        model_type, config = "decoder-only", DecoderOnlyConfig(**small, max_positions=16)
+        info["block"] = 16
+    elif task == "classify":
+        model_type, config = "encoder-only", EncoderOnlyConfig(**small, n_classes=2)
+        info.update(labels=["neg", "pos"], max_input_tokens=8)
+    elif task == "image-classify":
+        model_type = "encoder-only"
+        config = EncoderOnlyConfig(**{**small, "vocab_size": 1}, n_classes=2, input="patches", patch_dim=4,
+                                   max_positions=5)
+        info.update(labels=["dark", "light"], patch_size=2)
+    else:
+        model_type, config = "encoder-decoder", TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
+        info["decode"] = GREEDY
+        if task == "translation":
+            info["languages"] = ["de", "en"]
+    build_model(model_type, config).save_pretrained(directory)
+    if task != "image-classify":
+        save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
+    write_task_info(directory, info)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def task_dirs(tmp_path_factory) -> dict:
+    """task -> a tiny model directory of that task, for every task in `REQUESTS`."""
+    root = tmp_path_factory.mktemp("tasks")
+    return {task: tiny_model(root / task, task) for task in REQUESTS}

@@ -23,9 +23,13 @@ the queue is full, 504 after the request timeout.
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the route annotations at definition
 import json
 import logging
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
+import numpy as np
 
 from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull
 from aiayn.tasks.pipeline import InputLimits, RequestError, Route
@@ -62,6 +66,9 @@ class HTTPProblem(RequestError):
         self.message, self.headers = message, headers or {}
 
 
+MAX_JSON_DEPTH = 16  # brackets nested in a JSON body; a request here needs 4 (images: a list of rows of numbers)
+
+
 async def request_fields(request) -> dict[str, Any]:
     """The fields of a request however they came: query parameters, then a JSON body or form
     fields on top. A list in a form or query comes as repeated fields."""
@@ -71,19 +78,53 @@ async def request_fields(request) -> dict[str, Any]:
         fields[key] = values if len(values) > 1 else values[0]
     content_type = request.headers.get("content-type", "")
     if "application/json" in content_type:
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise HTTPProblem(400, f"malformed JSON body: {e}") from None
-        if not isinstance(body, dict):
-            raise HTTPProblem(422, "the JSON body must be an object")
-        fields.update(body)
+        fields.update(parse_json_body(await request.body()))
     elif "form" in content_type:
         form = await request.form()
         for key in form:
             values = form.getlist(key)
             fields[key] = values if len(values) > 1 else values[0]
     return fields
+
+
+def parse_json_body(body: bytes) -> dict:
+    """A JSON object whose numbers are all finite (json.loads reads NaN, Infinity and 1e400 as floats
+    that no check expects) and whose brackets nest at most `MAX_JSON_DEPTH` deep (the depth is
+    measured before parsing: 100,000 brackets would end json.loads in a RecursionError)."""
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        raise HTTPProblem(400, f"the JSON body nests {depth} brackets deep; at most {MAX_JSON_DEPTH}")
+    try:
+        parsed = json.loads(body or b"{}", parse_constant=_not_finite, parse_float=_finite_float)
+    except HTTPProblem:
+        raise
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, an integer of over 4,300 digits
+        raise HTTPProblem(400, f"malformed JSON body: {e}") from None
+    if not isinstance(parsed, dict):
+        raise HTTPProblem(422, "the JSON body must be an object")
+    return parsed
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # brackets inside strings do not nest
+_BRACKET_STEP = np.zeros(256, dtype=np.int64)
+_BRACKET_STEP[list(b"[{")], _BRACKET_STEP[list(b"]}")] = 1, -1
+
+
+def json_depth(body: bytes) -> int:
+    """How deep the brackets of a JSON text nest, outside its strings (0 for a bare value)."""
+    steps = _BRACKET_STEP[np.frombuffer(_JSON_STRING.sub(b"", body), dtype=np.uint8)]
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _not_finite(name: str):
+    raise HTTPProblem(422, f"{name} in the JSON body: numbers must be finite")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise HTTPProblem(422, f"{text[:20]} in the JSON body is too large: numbers must be finite")
+    return value
 
 
 def check_key(request, fields: dict, limits: ServeLimits) -> None:

@@ -123,11 +123,14 @@ class Generator(Pipeline):
         """{"prompt", "max_new_tokens", "method", "temperature", "top_k", "top_p", "seed"} -> {"text"}."""
         import dataclasses
 
+        from aiayn.config import check_types
+
         check_fields(fields, [f.name for f in dataclasses.fields(GenerateRequest)])
         try:
-            r = GenerateRequest(**fields)
-        except TypeError as e:
+            check_types(GenerateRequest, fields)  # one prompt, a whole-number seed: not a list, not 1.5
+        except ValueError as e:
             raise RequestError(str(e)) from None
+        r = GenerateRequest(**fields)
         check_texts(r.prompt, server.limits, "prompt")
         if type(r.max_new_tokens) is not int or not 1 <= r.max_new_tokens <= self.max_new_tokens_limit:
             raise RequestError(f"max_new_tokens must be a whole number from 1 to {self.max_new_tokens_limit}")

@@ -1,0 +1,84 @@
+"""`aiayn serve` under hostile or careless input (issue 33): a 4xx with a short message, never a 500,
+a traceback or an echo of the whole input; slow clients cut off; /metrics counting what went wrong."""
+
+import json
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from aiayn.serve.app import create_app  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def clients(task_dirs):
+    """task -> a TestClient of a server on that task's tiny model; 500s come back as responses."""
+    opened = {task: TestClient(create_app(directory), raise_server_exceptions=False)
+              for task, directory in task_dirs.items()}
+    for client in opened.values():
+        client.__enter__()
+    yield opened
+    for client in opened.values():
+        client.__exit__(None, None, None)
+
+
+def post_json(client, path: str, body: bytes):
+    return client.post(path, content=body, headers={"content-type": "application/json"})
+
+
+# -- item 4: numbers that are not finite, or not of the field's type ---------------------------
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
+@pytest.mark.parametrize("task,path,body", [
+    ("translation", "/v1/translate", '{"text": ["a b"], "length_penalty": %s}'),
+    ("translation", "/v1/translate", '{"text": ["a b"], "beam_size": %s}'),
+    ("lm", "/v1/generate", '{"prompt": "a b", "temperature": %s}'),
+    ("lm", "/v1/generate", '{"prompt": "a b", "seed": %s}'),
+    ("lm", "/v1/generate", '{"prompt": "a b", "top_k": %s}'),
+    ("image-classify", "/v1/classify", '{"image": [[0.5, %s], [0.5, 0.5]]}'),
+])
+def test_a_number_that_is_not_finite_is_a_422(clients, task, path, body, number):
+    response = post_json(clients[task], path, (body % number).encode())
+    assert response.status_code == 422, response.text
+    assert "finite" in response.json()["error"]
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"seed": 1.5}, "seed must be"),  # was a 500: torch's manual_seed takes no float
+    ({"top_k": 2.5}, "top_k must be"),
+    ({"prompt": ["a b"]}, "prompt must be a string"),  # was a 500: one prompt per request
+    ({"max_new_tokens": 10 ** 30}, "max_new_tokens must be"),
+])
+def test_generate_refuses_a_value_of_the_wrong_type(clients, fields, message):
+    response = clients["lm"].post("/v1/generate", json={"prompt": "a b", "method": "greedy", **fields})
+    assert response.status_code == 422 and message in response.json()["error"], response.text
+
+
+def test_an_integer_too_long_to_read_is_a_400(clients):
+    response = post_json(clients["translation"], "/v1/translate", b'{"text": ["a"], "max_len_b": 1' + b"0" * 5000 + b"}")
+    assert response.status_code == 400 and "malformed JSON body" in response.json()["error"]
+
+
+# -- item 5: JSON nested deeper than any request needs ---------------------------------------
+@pytest.mark.parametrize("task,path,body", [
+    ("translation", "/translate", b"[" * 100_000),
+    ("translation", "/v1/translate", b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ("summarization", "/v1/summarize", b'{"text": ' + b"{" * 100_000),
+    ("qa", "/v1/answer", b'{"context": "a", "question": ' + b'[{"a": ' * 50_000 + b"}]" * 50_000 + b"}"),
+])
+def test_deeply_nested_json_is_refused_before_parsing(clients, task, path, body):
+    response = post_json(clients[task], path, body)
+    assert response.status_code == 400, response.text
+    assert "nests" in response.json()["error"] and "at most" in response.json()["error"]
+
+
+def test_brackets_inside_a_string_do_not_count_as_nesting(clients):
+    from aiayn.serve.app import MAX_JSON_DEPTH, json_depth
+
+    text = "[" * 100 + ' \\" {{ ' + "]" * 3  # an escaped quote does not end the string
+    assert json_depth(json.dumps({"text": [text]}).encode()) == 2
+    assert json_depth(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) == MAX_JSON_DEPTH
+    response = clients["summarization"].post("/v1/summarize", json={"text": [text]})
+    assert response.status_code == 200, response.text
