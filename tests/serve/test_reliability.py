@@ -82,3 +82,45 @@ def test_brackets_inside_a_string_do_not_count_as_nesting(clients):
     assert json_depth(b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH) == MAX_JSON_DEPTH
     response = clients["summarization"].post("/v1/summarize", json={"text": [text]})
     assert response.status_code == 200, response.text
+
+
+# -- item 13: an error never echoes the whole input -------------------------------------------
+MB = "x" * 1_000_000
+
+
+@pytest.mark.parametrize("task,path,fields,status", [
+    ("translation", "/translate", {"q": "a", "source": MB}, 400),
+    ("translation", "/translate", {"q": "a", "format": MB}, 422),
+    ("translation", "/translate", {"q": "a", MB: 1}, 422),  # an unknown field named by a megabyte
+    ("translation", "/v1/translate", {"text": MB}, 422),
+    ("translation", "/v1/translate", {"text": ["a"], "method": MB}, 422),
+    ("translation", "/v1/translate", {"text": [MB]}, 413),
+    ("lm", "/v1/generate", {"prompt": [MB]}, 422),
+    ("lm", "/v1/generate", {"prompt": "a", "method": MB}, 422),
+    ("summarization", "/v1/summarize", {"text": "a", "unknown": 1, MB: 2}, 422),
+])
+def test_an_error_never_echoes_a_megabyte_of_input(clients, task, path, fields, status):
+    response = clients[task].post(path, json=fields)
+    assert response.status_code == status, response.text[:300]
+    assert len(response.content) < 1000, response.text[:300]
+
+
+def test_a_validation_error_echoes_a_short_input_and_a_float_json_cannot_write(task_dirs):
+    from pydantic import BaseModel
+
+    class Typed(BaseModel):
+        n: int
+        x: float = 0.0
+
+    app = create_app(task_dirs["translation"])
+
+    @app.post("/typed")  # FastAPI validates this route's body (RequestValidationError)
+    async def typed(body: Typed):
+        return {"n": body.n}
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/typed", json={"n": MB})
+        assert response.status_code == 422 and len(response.content) < 1000, response.text[:300]
+        assert response.json()["detail"][0]["loc"] == ["body", "n"]
+        missing = post_json(client, "/typed", b'{"x": NaN}')  # the error's input holds a NaN
+        assert missing.status_code == 422 and "nan" in missing.json()["detail"][0]["input"], missing.text

@@ -127,6 +127,17 @@ def _finite_float(text: str) -> float:
     return value
 
 
+MAX_ECHO = 200  # characters of a request's own text that an error message may repeat
+MAX_ERRORS = 10  # validation errors listed in one answer
+
+
+def shorten(message: str) -> str:
+    """An error message cut to `MAX_ECHO` characters past its first hundred (which explain it), so a
+    1 MB input never comes back as a 1 MB error; a float JSON cannot write is a string here too."""
+    limit = 100 + MAX_ECHO
+    return message if len(message) <= limit else f"{message[:limit]}... ({len(message) - limit} characters cut)"
+
+
 def check_key(request, fields: dict, limits: ServeLimits) -> None:
     """The server's api key, when it has one, sent as a field or as `Authorization: Bearer KEY`."""
     if not limits.api_key:
@@ -208,12 +219,13 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
     @app.exception_handler(RequestError)
     async def problem(request, e: RequestError):
-        return JSONResponse({"error": str(e)}, status_code=e.status, headers=getattr(e, "headers", None))
+        return JSONResponse({"error": shorten(str(e))}, status_code=e.status, headers=getattr(e, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, e: RequestValidationError):
-        return JSONResponse({"error": "invalid request", "detail": json.loads(json.dumps(e.errors(), default=str))},
-                            status_code=422)
+        detail = [{"loc": list(x.get("loc", ())), "msg": shorten(str(x.get("msg", ""))),
+                   "input": shorten(repr(x.get("input")))} for x in e.errors()[:MAX_ERRORS]]
+        return JSONResponse({"error": "invalid request", "detail": detail}, status_code=422)
 
     @app.get("/health")
     async def health():
