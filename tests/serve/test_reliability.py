@@ -124,3 +124,28 @@ def test_a_validation_error_echoes_a_short_input_and_a_float_json_cannot_write(t
         assert response.json()["detail"][0]["loc"] == ["body", "n"]
         missing = post_json(client, "/typed", b'{"x": NaN}')  # the error's input holds a NaN
         assert missing.status_code == 422 and "nan" in missing.json()["detail"][0]["input"], missing.text
+
+
+# -- item 11: /metrics counts the 4xx and 5xx answers -----------------------------------------
+def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
+    from aiayn.tasks.translation import TranslationPipeline
+
+    async def broken(self, fields, server):
+        raise KeyError("a bug in a handler")
+
+    def failing(self, items, **options):
+        raise RuntimeError("a bug in decoding")
+
+    monkeypatch.setattr(TranslationPipeline, "languages", broken)  # a 500 from the app itself
+    with TestClient(create_app(task_dirs["translation"]), raise_server_exceptions=False) as client:
+        assert client.post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200
+        for _ in range(3):
+            assert client.get("/languages").status_code == 500
+        assert client.post("/translate", json={"q": ""}).status_code == 422
+        assert client.post("/translate", json={"q": "a", "bogus": 1}).status_code == 422
+        assert client.get("/nowhere").status_code == 404
+        monkeypatch.setattr(TranslationPipeline, "run", failing)  # a 500 from the batcher's worker
+        assert client.post("/translate", json={"q": "a b"}).status_code == 500
+        metrics = client.get("/metrics").json()
+    assert metrics["responses"] == {"2xx": 1, "4xx": 3, "5xx": 4}
+    assert metrics["errors"] == 1  # the batcher's own count: decoding failures only

@@ -3,8 +3,8 @@
 The routes are the model's: `aiayn.tasks.load_pipeline` reads the directory's task.json and its
 pipeline lists them (`Pipeline.routes`), e.g. for a translation model LibreTranslate's
 POST /translate and GET /languages, and POST /v1/translate; /v1/summarize, /v1/answer,
-/v1/generate or /v1/classify for the other tasks. Every server adds GET /health, GET /metrics,
-GET /docs (FastAPI's OpenAPI page) and GET / (the web page). This module names no task: a
+/v1/generate or /v1/classify for the other tasks. Every server adds GET /health, GET /metrics (the
+batcher's counters and the responses per status class), GET /docs (FastAPI's OpenAPI page) and GET / (the web page). This module names no task: a
 request's fields reach the pipeline's handler, whose items go through the batcher to `run`.
 
 Fields come as a JSON body, form fields or query parameters. With an api key, every route that
@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -179,6 +180,33 @@ class ModelService:
             raise HTTPProblem(500, str(e)) from None
 
 
+class StatusCounts:
+    """ASGI middleware counting the responses by status class ("2xx", "4xx", "5xx", ...) for
+    /metrics. An exception that escapes the app counts as the 500 that Starlette answers for it."""
+
+    def __init__(self, app, counts: Counter):
+        self.app, self.counts = app, counts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def counted(message):
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                self.counts[f"{message['status'] // 100}xx"] += 1
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted)
+        except Exception:
+            if not started:
+                self.counts["5xx"] += 1
+            raise
+
+
 def add_route(app, service: ModelService, route: Route) -> None:
     """`route` of the pipeline as an endpoint: fields in, the api key checked, the handler's answer out."""
     from fastapi import Request
@@ -216,6 +244,8 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
     app = FastAPI(title="aiayn", description=f"{service.task} with {model_dir}", lifespan=lifespan)
     app.state.service = service
+    responses: Counter = Counter()
+    app.add_middleware(StatusCounts, counts=responses)
 
     @app.exception_handler(RequestError)
     async def problem(request, e: RequestError):
@@ -234,7 +264,7 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
     @app.get("/metrics")
     async def metrics():
-        return service.batcher.stats.snapshot(service.batcher.queue_length)
+        return {**service.batcher.stats.snapshot(service.batcher.queue_length), "responses": dict(sorted(responses.items()))}
 
     @app.get("/", include_in_schema=False)
     async def page():
