@@ -30,16 +30,17 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def live_server():
-    """`start(app) -> base URL`: serves `app` with uvicorn in a thread, on a socket bound before the
+    """`start(app, **config) -> base URL`: serves `app` with uvicorn in a thread, on a socket bound before the
     thread starts (no race for a free port); every server started stops when the module ends."""
     uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
     from aiayn.serve.app import uvicorn_config
     running = []
 
-    def start(app) -> str:
+    def start(app, **config) -> str:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn_config(app, *sock.getsockname(), log_level="warning"))  # as `aiayn serve` runs
+        config = {"log_level": "warning", **config}  # uvicorn_config's keywords: limits, log_level
+        server = uvicorn.Server(uvicorn_config(app, *sock.getsockname(), **config))  # as `aiayn serve` runs
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         running.append((server, thread, sock))

@@ -288,12 +288,36 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, devi
 
 
 def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(), log_level: str = "info"):
-    """How `serve` runs `app` with uvicorn: 30 s to finish in-flight requests on shutdown, and idle
-    connections kept `limits.keep_alive_s`."""
+    """How `serve` runs `app` with uvicorn: 30 s to finish in-flight requests on shutdown, idle
+    connections kept `limits.keep_alive_s`, and no api key in the access log."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30,
-                          timeout_keep_alive=limits.keep_alive_s)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30,
+                            timeout_keep_alive=limits.keep_alive_s)  # it sets up uvicorn's loggers
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactApiKey) for f in access.filters):
+        access.addFilter(RedactApiKey())
+    return config
+
+
+class RedactApiKey(logging.Filter):
+    """uvicorn's access log writes each request's path with its query string, where a LibreTranslate
+    client sends its `api_key`: the key's value becomes "***" in those lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact_api_key(a) if isinstance(a, str) and "?" in a else a for a in record.args)
+        return True
+
+
+def redact_api_key(path: str) -> str:
+    """`path` with the value of every `api_key` query parameter (however its name is escaped) replaced by ***."""
+    from urllib.parse import unquote_plus
+
+    head, _, query = path.partition("?")
+    parts = [name + "=***" if unquote_plus(name) == "api_key" else f"{name}{eq}{value}"
+             for name, eq, value in (part.partition("=") for part in query.split("&"))]
+    return f"{head}?{'&'.join(parts)}"
 
 
 __all__ = ["BatchConfig", "ServeLimits", "create_app", "serve"]
