@@ -2,6 +2,11 @@
 a traceback or an echo of the whole input; slow clients cut off; /metrics counting what went wrong."""
 
 import json
+import select
+import socket
+import time
+import urllib.request
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -10,7 +15,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from aiayn.serve.app import create_app  # noqa: E402
+from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -149,3 +154,94 @@ def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
         metrics = client.get("/metrics").json()
     assert metrics["responses"] == {"2xx": 1, "4xx": 3, "5xx": 4}
     assert metrics["errors"] == 1  # the batcher's own count: decoding failures only
+
+
+# -- item 6: a slow client is cut off, and others are served meanwhile ------------------------
+BODY = b'{"q": "a b", "source": "de", "target": "en"}'
+HEAD = b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+BOUND = 1.0  # seconds to send a whole request, in these tests
+
+
+def served(url: str) -> bool:
+    request = urllib.request.Request(url + "/translate", BODY, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status == 200
+
+
+def closed_after(sock, started: float, trickle: bytes = b"") -> float:
+    """Seconds from `started` until the server closes `sock`, sending `trickle` a byte every 0.1 s."""
+    while time.monotonic() - started < BOUND + 5:
+        try:
+            if trickle:
+                sock.sendall(trickle[:1])
+                trickle = trickle[1:]
+            readable, _, _ = select.select([sock], [], [], 0.1)
+            if readable and sock.recv(4096) == b"":
+                break
+        except (ConnectionResetError, BrokenPipeError):
+            break
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_a_slow_client_is_closed_within_the_bound_and_others_are_served(task_dirs, live_server, http):
+    pytest.importorskip(http)
+    limits = ServeLimits(receive_timeout_s=BOUND)
+    url = live_server(create_app(task_dirs["translation"], limits=limits), limits=limits, http=http)
+    address = urlsplit(url).hostname, urlsplit(url).port
+    slow = {"nothing": b"", "half the headers": HEAD[: len(HEAD) // 2], "half the body": HEAD + BODY[:10],
+            "a byte at a time": b""}
+    started = time.monotonic()
+    sockets = {name: socket.create_connection(address, timeout=10) for name in slow}
+    for name, sent in slow.items():
+        sockets[name].sendall(sent)
+    assert all(served(url) for _ in range(3))  # while the slow clients hold their connections
+    try:
+        elapsed = {name: closed_after(sock, started, HEAD + BODY if name == "a byte at a time" else b"")
+                   for name, sock in sockets.items()}
+    finally:
+        for sock in sockets.values():
+            sock.close()
+    for name, seconds in elapsed.items():
+        assert BOUND - 0.2 < seconds < BOUND + 1.5, f"{name}: closed after {seconds:.2f} s; the bound is {BOUND} s"
+    assert served(url)
+
+
+def test_the_bound_covers_receiving_only(task_dirs, live_server, monkeypatch):
+    """A decode longer than the bound is answered, and an idle keep-alive connection stays open
+    past the bound: the deadline ends when a request has arrived and starts with the next one."""
+    from aiayn.tasks.translation import TranslationPipeline
+
+    run = TranslationPipeline.run
+
+    def slow_run(self, items, **options):
+        time.sleep(2 * BOUND)
+        return run(self, items, **options)
+
+    limits = ServeLimits(receive_timeout_s=BOUND)
+    url = urlsplit(live_server(create_app(task_dirs["translation"], limits=limits), limits=limits))
+    monkeypatch.setattr(TranslationPipeline, "run", slow_run)
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(HEAD + BODY)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # after 2 s of decoding
+        monkeypatch.setattr(TranslationPipeline, "run", run)
+        time.sleep(1.5 * BOUND)  # idle between requests
+        sock.sendall(HEAD + BODY)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize("host,warns", [("127.0.0.1", False), ("localhost", False), ("::1", False),
+                                        ("0.0.0.0", True), ("192.168.1.5", True), ("example.org", True)])
+def test_serve_on_a_reachable_host_without_a_key_warns(task_dirs, monkeypatch, caplog, host, warns):
+    monkeypatch.setattr("uvicorn.Server.run", lambda server: None)  # serve builds the app and its config, no more
+    serve(task_dirs["translation"], host=host)
+    assert ("without an api key" in caplog.text) == warns
+    caplog.clear()
+    serve(task_dirs["translation"], host=host, limits=ServeLimits(api_key="k"))
+    assert "without an api key" not in caplog.text
+
+
+@pytest.mark.parametrize("seconds", [0.0, -1.0, float("nan"), float("inf")])
+def test_the_receive_timeout_must_be_a_positive_number_of_seconds(seconds):
+    with pytest.raises(ValueError, match="receive timeout must be a positive number of seconds"):
+        ServeLimits(receive_timeout_s=seconds)

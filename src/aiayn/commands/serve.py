@@ -18,7 +18,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=("native", "ctranslate2"), default="native",
                    help="decode with aiayn itself (native, the default) or with CTranslate2 (ctranslate2: "
                         "an export directory; no attention weights)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only; another "
+                                                        "without --api-key logs a warning)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
     p.add_argument("--max-batch", type=int, default=_B.max_batch, help=f"texts decoded together: in flight at once in continuous beam search, per call otherwise; "
@@ -32,6 +33,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-chars", type=int, default=_L.max_chars, help=f"characters per text (default: {_L.max_chars})")
     p.add_argument("--keep-alive", type=float, default=_L.keep_alive_s,
                    help=f"seconds an idle connection stays open; keep it longer than --timeout (default: {_L.keep_alive_s:g})")
+    p.add_argument("--receive-timeout", type=float, default=_L.receive_timeout_s,
+                   help=f"seconds a client has to send a whole request; a connection still sending then is closed "
+                        f"(default: {_L.receive_timeout_s:g})")
     p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 
@@ -44,6 +48,7 @@ def run(args) -> int:
     from aiayn.serve.app import serve
 
     batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout)
-    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, keep_alive_s=args.keep_alive)
+    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, keep_alive_s=args.keep_alive,
+                         receive_timeout_s=args.receive_timeout)
     serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend)
     return 0

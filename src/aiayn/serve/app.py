@@ -4,8 +4,9 @@ The routes are the model's: `aiayn.tasks.load_pipeline` reads the directory's ta
 pipeline lists them (`Pipeline.routes`), e.g. for a translation model LibreTranslate's
 POST /translate and GET /languages, and POST /v1/translate; /v1/summarize, /v1/answer,
 /v1/generate or /v1/classify for the other tasks. Every server adds GET /health, GET /metrics (the
-batcher's counters and the responses per status class), GET /docs (FastAPI's OpenAPI page) and GET / (the web page). This module names no task: a
-request's fields reach the pipeline's handler, whose items go through the batcher to `run`.
+batcher's counters and the responses per status class), GET /docs (FastAPI's OpenAPI page) and
+GET / (the web page). This module names no task: a request's fields reach the pipeline's handler,
+whose items go through the batcher to `run`.
 
 Fields come as a JSON body, form fields or query parameters. With an api key, every route that
 runs the model checks it, sent as the `api_key` field (body, form or query) or an
@@ -16,8 +17,10 @@ Backends: "native" decodes with aiayn itself; a text-to-text pipeline also takes
 
 Limits (`ServeLimits`) turn bad input into a 4xx that hurts nobody else: 413 for text over
 `max_chars` or more than `max_texts` texts, 422 for a wrong type, an empty text or an unknown
-field, 403 for a wrong or missing api key when the server has one, 503 (with Retry-After) when
-the queue is full, 504 after the request timeout.
+field or a number that is not finite, 400 for malformed JSON or JSON nested over 16 deep, 403 for
+a wrong or missing api key when the server has one, 503 (with Retry-After) when the queue is full,
+504 after the request timeout. An error repeats at most 300 characters of the request. A client
+that has not sent its whole request within `receive_timeout_s` loses its connection.
 """
 
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the route annotations at definition
@@ -53,10 +56,17 @@ class ServeLimits(InputLimits):
     # --keep-alive 5` lost one request in 30 runs and one in 40; the default none in 55).
     # Longer than any request lives, the stray timer is replaced when that request is answered.
     keep_alive_s: float = 75.0
+    # A client has this long to send a whole request (headers and body), counted from its first byte,
+    # or from the connection's opening for its first request; a connection still sending is then
+    # closed. uvicorn has no such bound (its keep-alive timer restarts on every byte received), so a
+    # client sending half a request, a byte at a time, held a connection open indefinitely.
+    receive_timeout_s: float = 20.0
 
     def __post_init__(self) -> None:
         if not 0 < self.keep_alive_s < float("inf"):  # NaN fails too
             raise ValueError(f"the keep-alive must be a positive number of seconds, got {self.keep_alive_s}")
+        if not 0 < self.receive_timeout_s < float("inf"):
+            raise ValueError(f"the receive timeout must be a positive number of seconds, got {self.receive_timeout_s}")
 
 
 class HTTPProblem(RequestError):
@@ -73,18 +83,23 @@ MAX_JSON_DEPTH = 16  # brackets nested in a JSON body; a request here needs 4 (i
 async def request_fields(request) -> dict[str, Any]:
     """The fields of a request however they came: query parameters, then a JSON body or form
     fields on top. A list in a form or query comes as repeated fields."""
+    from starlette.requests import ClientDisconnect
+
     fields: dict[str, Any] = {}
     for key in request.query_params:
         values = request.query_params.getlist(key)
         fields[key] = values if len(values) > 1 else values[0]
     content_type = request.headers.get("content-type", "")
-    if "application/json" in content_type:
-        fields.update(parse_json_body(await request.body()))
-    elif "form" in content_type:
-        form = await request.form()
-        for key in form:
-            values = form.getlist(key)
-            fields[key] = values if len(values) > 1 else values[0]
+    try:
+        if "application/json" in content_type:
+            fields.update(parse_json_body(await request.body()))
+        elif "form" in content_type:
+            form = await request.form()
+            for key in form:
+                values = form.getlist(key)
+                fields[key] = values if len(values) > 1 else values[0]
+    except ClientDisconnect:  # e.g. closed by the receive deadline: a 400 to nobody, and no traceback
+        raise HTTPProblem(400, "the connection closed before the whole request arrived") from None
     return fields
 
 
@@ -283,17 +298,34 @@ def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, devi
     if limits.keep_alive_s <= batching.timeout_s:
         log.warning("the keep-alive (%g s) is not longer than the request timeout (%g s): uvicorn may cut off a "
                     "waiting request when it ends (see ServeLimits.keep_alive_s)", limits.keep_alive_s, batching.timeout_s)
+    if not limits.api_key and not is_loopback(host):
+        log.warning("serving on %s without an api key: anyone who can reach this address can run the model "
+                    "(aiayn serve --api-key KEY)", host)
     app = create_app(model_dir, device, batching, limits, backend)
     uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
 
 
-def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(), log_level: str = "info"):
+def is_loopback(host: str) -> bool:
+    """Whether `host` binds this machine's loopback interface only ("localhost", 127.x.x.x, ::1)."""
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost
+        return False
+
+
+def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(), log_level: str = "info",
+                   http: str = "auto"):
     """How `serve` runs `app` with uvicorn: 30 s to finish in-flight requests on shutdown, idle
-    connections kept `limits.keep_alive_s`, and no api key in the access log."""
+    connections kept `limits.keep_alive_s`, a request received whole within `limits.receive_timeout_s`
+    (`http`: uvicorn's HTTP implementation under that bound, "auto", "httptools" or "h11"), and no
+    api key in the access log."""
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30,
-                            timeout_keep_alive=limits.keep_alive_s)  # it sets up uvicorn's loggers
+                            timeout_keep_alive=limits.keep_alive_s,  # it sets up uvicorn's loggers
+                            http=receive_bounded(http, limits.receive_timeout_s))
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, RedactApiKey) for f in access.filters):
         access.addFilter(RedactApiKey())
@@ -318,6 +350,75 @@ def redact_api_key(path: str) -> str:
     parts = [name + "=***" if unquote_plus(name) == "api_key" else f"{name}{eq}{value}"
              for name, eq, value in (part.partition("=") for part in query.split("&"))]
     return f"{head}?{'&'.join(parts)}"
+
+
+# -- slow clients ------------------------------------------------------------------------------
+class _ReceiveDeadline:
+    """Mixed into a uvicorn HTTP protocol: a connection is closed when a request has not arrived
+    whole `receive_s` seconds after its first byte (after the connection opened, for the first).
+    The deadline covers receiving only: it is cancelled once the request is complete, so neither
+    a long decode nor an idle keep-alive connection (uvicorn's own timer) meets it."""
+
+    receive_s: float
+    _deadline = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm()  # a connection that never sends a byte is held no longer than one that sends half
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.receive_s, self._expire)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            log.warning("%s: no whole request within %g s; connection closed", self.client, self.receive_s)
+            self.transport.close()
+
+
+def receive_bounded(http: str, receive_s: float) -> type:
+    """uvicorn's HTTP protocol class `http` ("auto": httptools where installed, else h11) with the
+    receive deadline of `_ReceiveDeadline`, told where a request begins and ends by its parser."""
+    import importlib.util
+
+    if http == "auto":
+        http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    if http == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        class Protocol(_ReceiveDeadline, HttpToolsProtocol):
+            def on_message_begin(self) -> None:  # the parser saw the request's first byte
+                self._arm()
+                super().on_message_begin()
+
+            def on_message_complete(self) -> None:  # ... and its last
+                super().on_message_complete()
+                self._disarm()
+    elif http == "h11":
+        import h11
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        class Protocol(_ReceiveDeadline, H11Protocol):
+            def data_received(self, data: bytes) -> None:
+                self._arm()
+                super().data_received(data)
+                state, buffered = self.conn.their_state, self.conn.trailing_data[0]
+                if not (state is h11.SEND_BODY or (state is h11.IDLE and buffered)):  # buffered: part of the headers
+                    self._disarm()
+    else:
+        raise ValueError(f"unknown HTTP implementation {http!r}; choose from auto, httptools, h11")
+    Protocol.receive_s = receive_s
+    return Protocol
 
 
 __all__ = ["BatchConfig", "ServeLimits", "create_app", "serve"]
