@@ -57,19 +57,10 @@ def live_server():
         sock.close()
 
 
-# One tiny random model directory per task with an HTTP route, and a request each route answers 200.
+# One tiny random model directory per task with an HTTP route.
 WORDS = symbols(12) + ["[SEP]"]
 GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))
-IMAGE = [[0.0, 0.25, 0.5, 0.75]] * 4  # 4x4 pixels: four 2x2 patches
-REQUESTS = {  # task -> (path, fields) of every route that runs the model
-    "translation": [("/translate", {"q": "a b c", "source": "de", "target": "en"}),
-                    ("/v1/translate", {"text": ["a b c"], "method": "greedy"})],
-    "summarization": [("/v1/summarize", {"text": "a b c d"})],
-    "qa": [("/v1/answer", {"context": "a b c", "question": "d"})],
-    "lm": [("/v1/generate", {"prompt": "a b", "max_new_tokens": 3, "method": "greedy"})],
-    "classify": [("/v1/classify", {"text": "a b c"})],
-    "image-classify": [("/v1/classify", {"image": IMAGE})],
-}
+TASKS = ("translation", "summarization", "qa", "lm", "classify", "image-classify")
 
 
 def tiny_model(directory, task: str):
@@ -107,6 +98,22 @@ def tiny_model(directory, task: str):
 
 @pytest.fixture(scope="module")
 def task_dirs(tmp_path_factory) -> dict:
-    """task -> a tiny model directory of that task, for every task in `REQUESTS`."""
+    """task -> a tiny model directory of that task, for every task in `TASKS`."""
     root = tmp_path_factory.mktemp("tasks")
-    return {task: tiny_model(root / task, task) for task in REQUESTS}
+    return {task: tiny_model(root / task, task) for task in TASKS}
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium driven by Playwright (as in test_browser.py), or a skip saying what is missing."""
+    import os
+    import shutil
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed: pip install -e '.[test]'")
+    executable = os.environ.get("AIAYN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not executable:
+        pytest.skip("Chromium not found: apt-get install chromium, or point AIAYN_CHROMIUM at a Chromium binary")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        yield browser
+        browser.close()

@@ -2,6 +2,7 @@
 a traceback or an echo of the whole input; slow clients cut off; /metrics counting what went wrong."""
 
 import json
+import re
 import select
 import socket
 import time
@@ -245,3 +246,51 @@ def test_serve_on_a_reachable_host_without_a_key_warns(task_dirs, monkeypatch, c
 def test_the_receive_timeout_must_be_a_positive_number_of_seconds(seconds):
     with pytest.raises(ValueError, match="receive timeout must be a positive number of seconds"):
         ServeLimits(receive_timeout_s=seconds)
+
+
+def test_an_image_that_is_not_rows_of_numbers_is_a_422(clients):
+    for image in ([["dark", "light"], ["dark", "light"]], [[0.5], [0.5, 0.5]], [[None, 0.5]], "pixels"):
+        response = clients["image-classify"].post("/v1/classify", json={"image": image})
+        assert response.status_code == 422 and "pixel rows" in response.json()["error"], (image, response.text)
+
+
+# -- item 18: the web page uses the directory's own route -------------------------------------
+IMAGE = [[0.0, 0.25, 0.5, 0.75]] * 4
+PAGE = {  # task -> (what is typed in which box, the request the page should send)
+    "summarization": ({"text": "a b c d"}, {"text": "a b c d"}),
+    "qa": ({"context": "a b c", "question": "d"}, {"context": "a b c", "question": "d"}),
+    "lm": ({"prompt": "a b"}, {"prompt": "a b"}),
+    "classify": ({"text": "a b c"}, {"text": "a b c"}),
+    "image-classify": ({"image": json.dumps(IMAGE)}, {"image": IMAGE}),
+}
+
+
+def shown(answer: dict) -> str:
+    """What the page shows of an answer: its first output's text, or its label and probability."""
+    output = next(iter(answer.values()))
+    output = output[0] if isinstance(output, list) else output
+    return output if isinstance(output, str) else f"{output['label']} (probability {output['probability']:.3f})"
+
+
+@pytest.mark.parametrize("task", list(PAGE))
+def test_the_web_page_asks_the_models_own_route(task_dirs, live_server, chromium, task):
+    typed, sent = PAGE[task]
+    url = live_server(create_app(task_dirs[task]))
+    route = TestClient(create_app(task_dirs[task])).get("/health").json()["form"]["path"]
+    page = chromium.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(url + "/")
+        for box, text in typed.items():
+            page.fill(f"#{box}", text)
+        with page.expect_response(lambda r: r.request.method == "POST", timeout=30_000) as answered:
+            page.click("#translate")
+        response = answered.value
+        assert (urlsplit(response.url).path, response.status) == (route, 200)
+        assert response.request.post_data_json == sent
+        page.locator("#output").filter(has_text=re.compile(r"\S")).wait_for(timeout=30_000)
+        assert page.inner_text("#output") == shown(response.json())
+        assert page.locator("#controls").is_hidden() and page.inner_text("#error") == "" and not errors
+    finally:
+        page.close()

@@ -2,6 +2,7 @@
 without the key and 200 with it, however the key is sent; the key never reaches the access log."""
 
 import logging
+import re
 import urllib.error
 import urllib.request
 
@@ -15,6 +16,16 @@ from fastapi.testclient import TestClient  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app  # noqa: E402
 
 KEY = "s3cret-key"
+IMAGE = [[0.0, 0.25, 0.5, 0.75]] * 4  # 4x4 pixels: four 2x2 patches
+REQUESTS = {  # task -> (path, fields) of every route that runs the model; strings, to be sent as form fields too
+    "translation": [("/translate", {"q": "a b c", "source": "de", "target": "en"}),
+                    ("/v1/translate", {"text": ["a b c", "d e"], "method": "greedy"})],  # two texts: a list in a form
+    "summarization": [("/v1/summarize", {"text": "a b c d"})],
+    "qa": [("/v1/answer", {"context": "a b c", "question": "d"})],
+    "lm": [("/v1/generate", {"prompt": "a b", "method": "greedy"})],
+    "classify": [("/v1/classify", {"text": "a b c"})],
+    "image-classify": [("/v1/classify", {"image": IMAGE})],  # JSON only: pixel rows are no form field
+}
 
 
 # -- item 15: an api_key in the query string is not written to the access log -----------------
@@ -43,3 +54,76 @@ def test_redact_api_key_keeps_the_rest_of_the_path():
 
     assert redact_api_key("/translate?q=a%20b&api_key=x&source=de") == "/translate?q=a%20b&api_key=***&source=de"
     assert redact_api_key("/translate?api+key=x&my_api_key=y") == "/translate?api+key=x&my_api_key=y"
+
+
+# -- item 1: --api-key guards every route that runs a model, however the key is sent -----------
+ROUTES = [(task, path, fields) for task, requests in REQUESTS.items() for path, fields in requests]
+WAYS = ("json body", "form field", "query parameter", "bearer header")
+
+
+def send(client, path: str, fields: dict, way: str, key):
+    """POST `fields` to `path` with the api key `key` (None: no key) sent the `way` named."""
+    if key is None:
+        return client.post(path, json=fields)
+    if way == "json body":
+        return client.post(path, json={**fields, "api_key": key})
+    if way == "form field":
+        return client.post(path, data={**fields, "api_key": key})
+    if way == "query parameter":
+        return client.post(path, params={"api_key": key}, json=fields)
+    return client.post(path, json=fields, headers={"Authorization": f"Bearer {key}"})
+
+
+@pytest.fixture(scope="module")
+def guarded(task_dirs):
+    """task -> a TestClient of that task's server started with --api-key KEY."""
+    clients = {task: TestClient(create_app(directory, limits=ServeLimits(api_key=KEY))) for task, directory in task_dirs.items()}
+    for client in clients.values():
+        client.__enter__()
+    yield clients
+    for client in clients.values():
+        client.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("task,path,fields", ROUTES, ids=[f"{t}{p}" for t, p, _ in ROUTES])
+def test_every_model_route_needs_the_key_in_each_of_the_four_ways(guarded, task, path, fields):
+    client = guarded[task]
+    missing = send(client, path, fields, "", None)
+    assert missing.status_code == 403 and "needs an api_key" in missing.json()["error"], missing.text
+    for way in WAYS:
+        wrong = send(client, path, fields, way, KEY + "x")
+        assert wrong.status_code == 403 and wrong.json()["error"] == "invalid api_key", (way, wrong.text)
+        right = send(client, path, fields, way, KEY)
+        if way == "form field" and task == "image-classify":  # pixel rows cannot be form fields: the key
+            assert right.status_code == 422 and "image" in right.json()["error"]  # passes, the missing image fails
+        else:
+            assert right.status_code == 200, (way, right.text)
+    assert client.post(path, json=fields, headers={"Authorization": f"Basic {KEY}"}).status_code == 403
+
+
+def test_routes_that_run_no_model_need_no_key(guarded):
+    client = guarded["translation"]
+    assert client.get("/languages").status_code == 200
+    assert client.get("/health").json()["needs_key"] is True
+    assert client.get("/metrics").status_code == 200 and client.get("/").status_code == 200
+
+
+def test_the_web_page_works_when_given_the_key(task_dirs, live_server, chromium):
+    url = live_server(create_app(task_dirs["translation"], limits=ServeLimits(api_key=KEY)))
+    page = chromium.new_page()
+    try:
+        page.goto(url + "/")
+        page.locator("#key").wait_for(state="visible", timeout=30_000)  # the server needs a key: the page asks
+        page.fill("#text", "a b c")
+        page.click("#translate")
+        page.locator("#error").filter(has_text="needs an api_key").wait_for(timeout=30_000)
+        page.fill("#key", KEY)
+        page.click("#translate")
+        page.locator("#output").filter(has_text=re.compile(r"\S")).wait_for(timeout=30_000)
+        want = TestClient(create_app(task_dirs["translation"])).post("/v1/translate", json={"text": ["a b c"]})
+        assert page.inner_text("#output") == want.json()["translations"][0]["text"]
+        assert page.inner_text("#error") == ""
+        page.reload()  # the page keeps the key in this browser
+        assert page.locator("#key").input_value(timeout=30_000) == KEY
+    finally:
+        page.close()

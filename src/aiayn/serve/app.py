@@ -239,6 +239,14 @@ def add_route(app, service: ModelService, route: Route) -> None:
     app.add_api_route(route.path, endpoint, methods=[route.method], summary=route.summary)
 
 
+def page_form(routes) -> Optional[dict]:
+    """The route the web page offers, the first with an example request (`Route.example`), or None."""
+    for route in routes:
+        if route.example:
+            return {"path": route.path, "summary": route.summary, "example": json.loads(route.example)}
+    return None
+
+
 # -- the application ---------------------------------------------------------------------------
 def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig = BatchConfig(),
                limits: ServeLimits = ServeLimits(), backend: str = "native"):
@@ -274,8 +282,10 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
     @app.get("/health")
     async def health():
+        """What the server runs, and what the web page needs: the route it offers, whether a key is needed."""
         return {"status": "ok", "task": service.task, "model": str(model_dir), "backend": service.backend,
-                "routes": [r.path for r in service.pipeline.routes]}
+                "routes": [r.path for r in service.pipeline.routes], "command": service.pipeline.command,
+                "needs_key": bool(limits.api_key), "form": page_form(service.pipeline.routes)}
 
     @app.get("/metrics")
     async def metrics():

@@ -112,7 +112,8 @@ class Classifier(Pipeline):
     [(label, probability)] per text. A CLI output line is `label<TAB>probability`."""
 
     task, command, metric = "classify", "classify", "accuracy"
-    routes = (Route("POST", "/v1/classify", "classify_route", "classify texts"),)
+    routes = (Route("POST", "/v1/classify", "classify_route", "classify texts",
+                    example='{"text": "a text to classify"}'),)
 
     def __init__(self, model, tokenizer, labels: list[str], max_length: int):
         self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length

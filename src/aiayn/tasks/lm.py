@@ -98,7 +98,8 @@ class Generator(Pipeline):
     longer than the block keeps its last half block, with a warning."""
 
     task, command = "lm", "generate"
-    routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt"),)
+    routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt",
+                    example='{"prompt": "the start of a text"}'),)
     max_new_tokens_limit = 2000  # what one HTTP request may ask for
 
     def __init__(self, model, tokenizer):

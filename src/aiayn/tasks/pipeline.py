@@ -38,6 +38,11 @@ class Route:
     handler: str
     summary: str = ""
     runs_model: bool = True  # it decodes: guarded by the server's api key
+    # A request body (JSON) that the web page at / imitates, "" = not offered there: a box per field
+    # (the box's id is the field's name), sent as a string, or as a one-string list where the example
+    # holds one, or read as JSON where it holds anything else (e.g. pixel rows); true/false is sent as
+    # given, except that return_attention asks for the attention only from a backend that has it.
+    example: str = ""
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ class TranslationPipeline(TextPipeline):
     task, command, metric = "translation", "translate", "bleu"
     routes = (Route("POST", "/translate", "libretranslate", "LibreTranslate-compatible translation"),
               Route("GET", "/languages", "languages", "the model's language pair, LibreTranslate style", False),
-              Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention"))
+              Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention",
+                    example='{"text": ["a sentence to translate"], "return_attention": true}'))
 
     def translate(self, texts, **options) -> list:
         return self(texts, **options)

@@ -80,7 +80,8 @@ class ImageClassifier(Classifier):
     """`load_pipeline(DIR)([image, ...])` -> [(label, probability)]: an image is (H, W) pixels in [0, 1]."""
 
     task, command, metric = "image-classify", "classify", "accuracy"
-    routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])"),)
+    routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])",
+                    example='{"image": [[0.0, 0.5], [1.0, 0.25]]}'),)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device="cpu", **options) -> "ImageClassifier":
@@ -96,10 +97,14 @@ class ImageClassifier(Classifier):
     def prepare(self, images: Sequence) -> list[np.ndarray]:
         """Images -> (N, p²) patches each; an image that is not a grid of numbers in [0, 1] is an error."""
         out = []
+        wrong = RequestError("an image is a list of pixel rows, each a list of numbers in [0, 1]")
         for image in images:
-            pixels = np.asarray(image, dtype=np.float32)
+            try:
+                pixels = np.asarray(image, dtype=np.float32)
+            except (TypeError, ValueError):  # strings (e.g. form fields), ragged rows
+                raise wrong from None
             if pixels.ndim != 2 or not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 1:
-                raise RequestError("an image is a list of pixel rows, each a list of numbers in [0, 1]")
+                raise wrong
             try:
                 out.append(patches(pixels[None], self.patch_size)[0])
             except ValueError as e:
