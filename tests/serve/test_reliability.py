@@ -294,3 +294,45 @@ def test_the_web_page_asks_the_models_own_route(task_dirs, live_server, chromium
         assert page.locator("#controls").is_hidden() and page.inner_text("#error") == "" and not errors
     finally:
         page.close()
+
+
+# -- items 12, 14, 16: what the routes refuse ------------------------------------------------
+@pytest.mark.parametrize("options", [{"beam_size": 2, "nbest": 3}, {"method": "greedy", "nbest": 2},
+                                     {"beam_size": 1, "nbest": 2}])
+def test_nbest_over_the_beam_is_refused_not_clamped(clients, options):
+    response = clients["translation"].post("/v1/translate", json={"text": ["a b"], **options})
+    assert response.status_code == 422 and "needs beam search with beam_size >=" in response.json()["error"]
+
+
+def test_nbest_within_the_beam_gives_that_many_hypotheses(clients):
+    response = clients["translation"].post("/v1/translate", json={"text": ["a b"], "beam_size": 3, "nbest": 3})
+    assert response.status_code == 200 and len(response.json()["translations"][0]["hypotheses"]) == 3
+
+
+@pytest.mark.parametrize("task,path,fields", [
+    ("translation", "/translate", {"q": "a b", "source": "de", "target": "en"}),
+    ("translation", "/v1/translate", {"text": ["a b"]}),
+    ("summarization", "/v1/summarize", {"text": "a b"}),
+    ("qa", "/v1/answer", {"context": "a b", "question": "c"}),
+    ("lm", "/v1/generate", {"prompt": "a b", "max_new_tokens": 2}),
+    ("classify", "/v1/classify", {"text": "a b"}),
+    ("image-classify", "/v1/classify", {"image": IMAGE}),
+])
+def test_an_unknown_field_is_a_422_naming_it(clients, task, path, fields):
+    assert clients[task].post(path, json=fields).status_code == 200
+    response = clients[task].post(path, json={**fields, "beam": 4})
+    assert response.status_code == 422 and "unknown field(s) beam" in response.json()["error"], response.text
+
+
+def test_libretranslate_refuses_html(clients):
+    fields = {"q": "<b>a</b> b", "source": "de", "target": "en"}
+    assert clients["translation"].post("/translate", json={**fields, "format": "text"}).status_code == 200
+    response = clients["translation"].post("/translate", json={**fields, "format": "html"})
+    assert response.status_code == 422 and "format must be 'text'" in response.json()["error"]
+
+
+@pytest.mark.parametrize("context,question", [("", "c"), ("a b", ""), ("  ", "c"), ("a b", "\n"),
+                                              (["a b", ""], ["c", "d"])])
+def test_answer_refuses_an_empty_context_or_question(clients, context, question):
+    response = clients["qa"].post("/v1/answer", json={"context": context, "question": question})
+    assert response.status_code == 422, response.text

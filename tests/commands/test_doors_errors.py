@@ -1,0 +1,130 @@
+"""The commands that answer with a model, given the wrong directory or empty input (issue 33): one
+error line that says what to do, and help that says where unset decoding flags come from."""
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.config import DecodeConfig, TransformerConfig
+from aiayn.data.synthetic import symbols
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+from aiayn.models import build_model
+from aiayn.models.decoder_only import DecoderOnlyConfig
+from aiayn.models.encoder_only import EncoderOnlyConfig
+from aiayn.tasks import load_pipeline
+from aiayn.tasks.base import write_task_info
+
+WORDS = symbols(12) + ["[SEP]"]
+SMALL = dict(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+GREEDY_2 = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=2))  # task.json: 2 pieces out
+
+
+def model_dir(root, task: str):
+    """A tiny random model directory of `task` (its tokenizer, config and task.json)."""
+    torch.manual_seed(0)
+    info = {"task": task}
+    if task == "lm":
+        model_type, config = "decoder-only", DecoderOnlyConfig(**SMALL, max_positions=16)
+        info["block"] = 16
+    elif task == "classify":
+        model_type, config = "encoder-only", EncoderOnlyConfig(**SMALL, n_classes=2)
+        info["labels"] = ["neg", "pos"]
+    else:
+        model_type, config = "encoder-decoder", TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
+        info["decode"] = GREEDY_2
+    directory = root / task
+    build_model(model_type, config).save_pretrained(directory)
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
+    write_task_info(directory, info)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {task: model_dir(root, task) for task in ("translation", "summarization", "qa", "lm", "classify")}
+
+
+def error_line(capsys, argv: list) -> str:
+    """The one line on stderr of a command that fails with exit status 2."""
+    capsys.readouterr()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+# -- item 7: a command on another task's directory names the command that fits ----------------
+@pytest.mark.parametrize("command,task,fits", [
+    ("translate", "lm", "generate"),  # was AttributeError: 'EncoderOnly' ... 'max_input_length'
+    ("translate", "classify", "classify"),
+    ("translate", "summarization", "summarize"),
+    ("summarize", "qa", "answer"),
+    ("answer", "translation", "translate"),
+    ("generate", "classify", "classify"),
+    ("classify", "lm", "generate"),
+])
+def test_a_command_on_another_tasks_directory_names_the_command_that_fits(dirs, capsys, tmp_path, command, task, fits):
+    (tmp_path / "in.txt").write_text("a b\n")
+    model = [dirs[task]] if command == "translate" else ["--model", dirs[task]]
+    extra = ["--prompt", "a"] if command == "generate" else ["-i", tmp_path / "in.txt"]
+    line = error_line(capsys, [command, *model, *extra])
+    assert line.endswith(f"a {task} model, which `aiayn {command}` does not run; use `aiayn {fits}`"), line
+
+
+# -- item 9: a path that is no model directory is called that ---------------------------------
+@pytest.mark.parametrize("command", ["translate", "summarize", "answer", "generate", "classify"])
+def test_a_path_that_is_no_model_directory_is_called_that(capsys, tmp_path, command):
+    (tmp_path / "in.txt").write_text("a b\n")
+    (tmp_path / "empty").mkdir()
+    for path, says in ((tmp_path / "missing", "model directory not found"),
+                       (tmp_path / "empty", "not a model directory (no config.json)")):
+        model = [path] if command == "translate" else ["--model", path]
+        extra = ["--prompt", "a"] if command == "generate" else ["-i", tmp_path / "in.txt"]
+        line = error_line(capsys, [command, *model, *extra])
+        assert says in line and "translation model" not in line, line
+
+
+# -- item 16: QA refuses an empty context or question in every door ---------------------------
+@pytest.mark.parametrize("context,question", [("", "k l"), ("a b", ""), ("  ", "k l"), ("a b", " \t")])
+def test_answer_refuses_an_empty_context_or_question(dirs, capsys, tmp_path, context, question):
+    line = error_line(capsys, ["answer", "--model", dirs["qa"], "--context", context, "--question", question])
+    assert "must not be empty" in line or "must be a non-empty string" in line, line
+    (tmp_path / "q.jsonl").write_text(json.dumps({"context": "a b", "question": "c"}) + "\n"
+                                      + json.dumps({"context": context, "question": question}) + "\n")
+    line = error_line(capsys, ["answer", "--model", dirs["qa"], "-i", tmp_path / "q.jsonl"])
+    assert "q.jsonl:2" in line and "non-empty string" in line, line
+    with pytest.raises(ValueError, match="must not be empty"):
+        load_pipeline(dirs["qa"]).answer(context, question)
+
+
+# -- item 17: unset decoding flags take task.json's settings, and the help says so ------------
+@pytest.mark.parametrize("command", ["summarize", "answer"])
+def test_decoding_help_says_unset_flags_take_task_json(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "unset flags take the model directory's own settings (task.json)" in help_text
+
+
+def test_unset_decoding_flags_take_task_json_and_set_ones_override_it(dirs, capsys, tmp_path):
+    (tmp_path / "in.txt").write_text("a b c d e f\n")
+    capsys.readouterr()
+    assert main(["summarize", "--model", str(dirs["summarization"]), "-i", str(tmp_path / "in.txt")]) == 0
+    assert len(capsys.readouterr().out.split()) == 2  # task.json: max_len_a 0, max_len_b 2 (the random model runs to it)
+    assert main(["summarize", "--model", str(dirs["summarization"]), "-i", str(tmp_path / "in.txt"),
+                 "--max-len-b", "4"]) == 0
+    assert len(capsys.readouterr().out.split()) == 4
+
+
+# -- item 12: nbest over the beam is refused by the CLI, as by the server ---------------------
+def test_translate_refuses_nbest_over_the_beam(dirs, capsys, tmp_path):
+    (tmp_path / "in.txt").write_text("a b\n")
+    capsys.readouterr()
+    assert main(["translate", str(dirs["translation"]), "-i", str(tmp_path / "in.txt"), "--method", "beam",
+                 "--beam-size", "2", "--nbest", "3"]) == 2
+    err = capsys.readouterr().err  # the progress bar had started: the error is its last line
+    assert err.strip().splitlines()[-1].startswith("aiayn translate: error: nbest 3 needs beam search with beam_size >= 3")
