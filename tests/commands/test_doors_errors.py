@@ -114,7 +114,7 @@ def test_unset_decoding_flags_take_task_json_and_set_ones_override_it(dirs, caps
     (tmp_path / "in.txt").write_text("a b c d e f\n")
     capsys.readouterr()
     assert main(["summarize", "--model", str(dirs["summarization"]), "-i", str(tmp_path / "in.txt")]) == 0
-    assert len(capsys.readouterr().out.split()) == 2  # task.json: max_len_a 0, max_len_b 2 (the random model runs to it)
+    assert len(capsys.readouterr().out.split()) == 2  # task.json: max_len_a 0, max_len_b 2 (the model runs to it)
     assert main(["summarize", "--model", str(dirs["summarization"]), "-i", str(tmp_path / "in.txt"),
                  "--max-len-b", "4"]) == 0
     assert len(capsys.readouterr().out.split()) == 4
@@ -127,4 +127,5 @@ def test_translate_refuses_nbest_over_the_beam(dirs, capsys, tmp_path):
     assert main(["translate", str(dirs["translation"]), "-i", str(tmp_path / "in.txt"), "--method", "beam",
                  "--beam-size", "2", "--nbest", "3"]) == 2
     err = capsys.readouterr().err  # the progress bar had started: the error is its last line
-    assert err.strip().splitlines()[-1].startswith("aiayn translate: error: nbest 3 needs beam search with beam_size >= 3")
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("aiayn translate: error: nbest 3 needs beam search with beam_size >= 3"), last

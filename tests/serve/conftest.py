@@ -109,7 +109,8 @@ def chromium():
     import os
     import shutil
 
-    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed: pip install -e '.[test]'")
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="Playwright is not installed: pip install -e '.[test]'")
     executable = os.environ.get("AIAYN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not executable:
         pytest.skip("Chromium not found: apt-get install chromium, or point AIAYN_CHROMIUM at a Chromium binary")

@@ -63,7 +63,8 @@ def test_generate_refuses_a_value_of_the_wrong_type(clients, fields, message):
 
 
 def test_an_integer_too_long_to_read_is_a_400(clients):
-    response = post_json(clients["translation"], "/v1/translate", b'{"text": ["a"], "max_len_b": 1' + b"0" * 5000 + b"}")
+    body = b'{"text": ["a"], "max_len_b": 1' + b"0" * 5000 + b"}"
+    response = post_json(clients["translation"], "/v1/translate", body)
     assert response.status_code == 400 and "malformed JSON body" in response.json()["error"]
 
 
@@ -159,7 +160,8 @@ def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
 
 # -- item 6: a slow client is cut off, and others are served meanwhile ------------------------
 BODY = b'{"q": "a b", "source": "de", "target": "en"}'
-HEAD = b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+HEAD = (b"POST /translate HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(BODY))
 BOUND = 1.0  # seconds to send a whole request, in these tests
 
 

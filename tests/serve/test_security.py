@@ -77,7 +77,8 @@ def send(client, path: str, fields: dict, way: str, key):
 @pytest.fixture(scope="module")
 def guarded(task_dirs):
     """task -> a TestClient of that task's server started with --api-key KEY."""
-    clients = {task: TestClient(create_app(directory, limits=ServeLimits(api_key=KEY))) for task, directory in task_dirs.items()}
+    clients = {task: TestClient(create_app(directory, limits=ServeLimits(api_key=KEY)))
+               for task, directory in task_dirs.items()}
     for client in clients.values():
         client.__enter__()
     yield clients
@@ -127,3 +128,9 @@ def test_the_web_page_works_when_given_the_key(task_dirs, live_server, chromium)
         assert page.locator("#key").input_value(timeout=30_000) == KEY
     finally:
         page.close()
+
+
+@pytest.mark.parametrize("given", [123, [KEY, KEY], {"key": KEY}, KEY.upper(), KEY[:-1], ""])
+def test_a_key_that_is_not_the_key_is_refused(guarded, given):
+    response = guarded["translation"].post("/translate", json={"q": "a b", "api_key": given})
+    assert response.status_code == 403, response.text

@@ -18,8 +18,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", choices=("native", "ctranslate2"), default="native",
                    help="decode with aiayn itself (native, the default) or with CTranslate2 (ctranslate2: "
                         "an export directory; no attention weights)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only; another "
-                                                        "without --api-key logs a warning)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default: 127.0.0.1, this machine only; another without --api-key warns)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
     p.add_argument("--max-batch", type=int, default=_B.max_batch, help=f"texts decoded together: in flight at once in continuous beam search, per call otherwise; "

@@ -158,9 +158,11 @@ def check_key(request, fields: dict, limits: ServeLimits) -> None:
     """The server's api key, when it has one, sent as a field or as `Authorization: Bearer KEY`."""
     if not limits.api_key:
         return
+    import hmac
+
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     given = fields.get("api_key", token if scheme.lower() == "bearer" else None)
-    if given != limits.api_key:
+    if not (isinstance(given, str) and hmac.compare_digest(given.encode(), limits.api_key.encode())):  # constant time
         raise HTTPProblem(403, "invalid api_key" if given else "this server needs an api_key")
 
 
@@ -289,7 +291,8 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
 
     @app.get("/metrics")
     async def metrics():
-        return {**service.batcher.stats.snapshot(service.batcher.queue_length), "responses": dict(sorted(responses.items()))}
+        batcher = service.batcher.stats.snapshot(service.batcher.queue_length)
+        return {**batcher, "responses": dict(sorted(responses.items()))}
 
     @app.get("/", include_in_schema=False)
     async def page():
