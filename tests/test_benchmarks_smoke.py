@@ -169,3 +169,15 @@ def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_pa
     assert own["bleu"] == report["bleu"] and own["n"] == report["n_sentences"] == 60
     assert short["words"] <= 1 < own["words"]  # one token at most: the setting reached the search
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_compare_revisions_of_one_checkout_against_itself():
+    """Both sides run the same tree: every row of decode_speed comes back, with both medians and a ratio."""
+    root = BENCHMARKS.parent
+    out = _last_json_line("compare_revisions.py", "--other", str(root), "--rounds", "1", "--json", "--",
+                          "benchmarks/decode_speed.py", "--skip", "textbook", "hf", "ct2_fp32", "ct2_int8",
+                          "--runs", "1", "--preset", "tiny", "--batch", "2")
+    rows = {(r["strategy"], r["batch"], r["value"]): r for r in out["rows"]}
+    assert set(rows) == {("greedy", 2, "ours"), ("beam4", 2, "ours")}
+    for r in rows.values():
+        assert r["this"] > 0 and r["other"] > 0 and math.isclose(r["ratio"], r["this"] / r["other"])

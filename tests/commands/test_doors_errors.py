@@ -5,47 +5,20 @@ import dataclasses
 import json
 
 import pytest
-import torch
 
 from aiayn.cli import main
-from aiayn.config import DecodeConfig, TransformerConfig
-from aiayn.data.synthetic import symbols
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-from aiayn.models import build_model
-from aiayn.models.decoder_only import DecoderOnlyConfig
-from aiayn.models.encoder_only import EncoderOnlyConfig
+from aiayn.config import DecodeConfig
 from aiayn.tasks import load_pipeline
-from aiayn.tasks.base import write_task_info
+from tiny_models import tiny_model
 
-WORDS = symbols(12) + ["[SEP]"]
-SMALL = dict(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32)
 GREEDY_2 = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=2))  # task.json: 2 pieces out
-
-
-def model_dir(root, task: str):
-    """A tiny random model directory of `task` (its tokenizer, config and task.json)."""
-    torch.manual_seed(0)
-    info = {"task": task}
-    if task == "lm":
-        model_type, config = "decoder-only", DecoderOnlyConfig(**SMALL, max_positions=16)
-        info["block"] = 16
-    elif task == "classify":
-        model_type, config = "encoder-only", EncoderOnlyConfig(**SMALL, n_classes=2)
-        info["labels"] = ["neg", "pos"]
-    else:
-        model_type, config = "encoder-decoder", TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
-        info["decode"] = GREEDY_2
-    directory = root / task
-    build_model(model_type, config).save_pretrained(directory)
-    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
-    write_task_info(directory, info)
-    return directory
 
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
-    return {task: model_dir(root, task) for task in ("translation", "summarization", "qa", "lm", "classify")}
+    return {task: tiny_model(root / task, task, decode=GREEDY_2)
+            for task in ("translation", "summarization", "qa", "lm", "classify")}
 
 
 def error_line(capsys, argv: list) -> str:

@@ -6,26 +6,12 @@ import logging
 import sys
 
 import pytest
-import torch
 
 from aiayn.cli import main
-from aiayn.config import TransformerConfig
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-from aiayn.models.transformer import Transformer
 from aiayn.decoding.translator import Translator
 
 LINES = ["a b c", "", "d e f g h i j", "zz ☃ a", "k", "   ", "b b b b"]
 FAST = ["--beam-size", "2", "--max-len-b", "4"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    torch.manual_seed(0)
-    tok = SymbolTokenizer([chr(ord("a") + i) for i in range(12)])
-    path = tmp_path_factory.mktemp("model")
-    Transformer(TransformerConfig.preset("tiny", src_vocab_size=tok.vocab_size)).save_pretrained(path)
-    save_tokenizers(TokenizerPair.shared(tok), path)
-    return path
 
 
 def with_stdin(monkeypatch, text: str):

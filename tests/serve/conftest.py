@@ -33,7 +33,7 @@ def live_server():
     """`start(app, **config) -> base URL`: serves `app` with uvicorn in a thread, on a socket bound before the
     thread starts (no race for a free port); every server started stops when the module ends."""
     uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed: pip install -e '.[serve]'")
-    from aiayn.serve.app import uvicorn_config
+    from aiayn.serve.server import uvicorn_config
     running = []
 
     def start(app, **config) -> str:
@@ -58,42 +58,7 @@ def live_server():
 
 
 # One tiny random model directory per task with an HTTP route.
-WORDS = symbols(12) + ["[SEP]"]
-GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))
-TASKS = ("translation", "summarization", "qa", "lm", "classify", "image-classify")
-
-
-def tiny_model(directory, task: str):
-    """A random model of `task` small enough to build and answer in well under a second."""
-    from aiayn.models import build_model
-    from aiayn.models.decoder_only import DecoderOnlyConfig
-    from aiayn.models.encoder_only import EncoderOnlyConfig
-    from aiayn.tasks.base import write_task_info
-
-    torch.manual_seed(0)
-    small = dict(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32)
-    info = {"task": task}
-    if task == "lm":
-        model_type, config = "decoder-only", DecoderOnlyConfig(**small, max_positions=16)
-        info["block"] = 16
-    elif task == "classify":
-        model_type, config = "encoder-only", EncoderOnlyConfig(**small, n_classes=2)
-        info.update(labels=["neg", "pos"], max_input_tokens=8)
-    elif task == "image-classify":
-        model_type = "encoder-only"
-        config = EncoderOnlyConfig(**{**small, "vocab_size": 1}, n_classes=2, input="patches", patch_dim=4,
-                                   max_positions=5)
-        info.update(labels=["dark", "light"], patch_size=2)
-    else:
-        model_type, config = "encoder-decoder", TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
-        info["decode"] = GREEDY
-        if task == "translation":
-            info["languages"] = ["de", "en"]
-    build_model(model_type, config).save_pretrained(directory)
-    if task != "image-classify":
-        save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
-    write_task_info(directory, info)
-    return directory
+from tiny_models import TASKS, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,7 @@ def test_deeply_nested_json_is_refused_before_parsing(clients, task, path, body)
 
 
 def test_brackets_inside_a_string_do_not_count_as_nesting(clients):
-    from aiayn.serve.app import MAX_JSON_DEPTH, json_depth
+    from aiayn.serve.requests import MAX_JSON_DEPTH, json_depth
 
     text = "[" * 100 + ' \\" {{ ' + "]" * 3  # an escaped quote does not end the string
     assert json_depth(json.dumps({"text": [text]}).encode()) == 2

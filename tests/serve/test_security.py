@@ -50,7 +50,7 @@ def test_the_access_log_hides_an_api_key_sent_in_the_query(task_dirs, live_serve
 
 
 def test_redact_api_key_keeps_the_rest_of_the_path():
-    from aiayn.serve.app import redact_api_key
+    from aiayn.serve.server import redact_api_key
 
     assert redact_api_key("/translate?q=a%20b&api_key=x&source=de") == "/translate?q=a%20b&api_key=***&source=de"
     assert redact_api_key("/translate?api+key=x&my_api_key=y") == "/translate?api+key=x&my_api_key=y"

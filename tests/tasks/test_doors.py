@@ -2,44 +2,19 @@
 input with the same settings identically through its CLI command, its Python pipeline and its HTTP
 route. A QA context longer than the directory's `max_input_tokens` keeps its question in every door."""
 
-import dataclasses
 import json
 
 import numpy as np
 import pytest
-import torch
 
 from aiayn.cli import main
-from aiayn.config import DecodeConfig, TransformerConfig
-from aiayn.data.synthetic import symbols
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-from aiayn.models import build_model
-from aiayn.models.decoder_only import DecoderOnlyConfig
-from aiayn.models.encoder_only import EncoderOnlyConfig
 from aiayn.tasks import load_pipeline
-from aiayn.tasks.base import write_task_info
+from tiny_models import IMAGE_SIDE, WORDS, tiny_model
 
 pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from aiayn.serve.app import create_app  # noqa: E402
-
-WORDS = symbols(12) + ["[SEP]"]
-GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))
-
-
-def save(directory, model_type, config, info, tokenizer=True):
-    torch.manual_seed(0)
-    build_model(model_type, config).save_pretrained(directory)
-    if tokenizer:
-        save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
-    write_task_info(directory, info)
-    return directory
-
-
-def text_model(tmp_path, info):
-    config = TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
-    return save(tmp_path / info["task"], "encoder-decoder", config, {"decode": GREEDY, **info})
 
 
 def http(directory, path, body):
@@ -56,7 +31,7 @@ def cli(capsys, *args):
 
 
 def test_translation(tmp_path, capsys):
-    directory = text_model(tmp_path, {"task": "translation", "languages": ["de", "en"]})
+    directory = tiny_model(tmp_path / "m", "translation")
     lines = ["a b c d", "e f", "g h i j k l"]
     (tmp_path / "in.txt").write_text("".join(line + "\n" for line in lines))
     python = load_pipeline(directory)(lines)
@@ -67,7 +42,7 @@ def test_translation(tmp_path, capsys):
 
 
 def test_summarization(tmp_path, capsys):
-    directory = text_model(tmp_path, {"task": "summarization", "keep": "start", "max_input_tokens": 6})
+    directory = tiny_model(tmp_path / "m", "summarization", keep="start", max_input_tokens=6)
     texts = ["a b\n c d e f g h i", "j k"]  # a line break inside a text: the pipeline flattens it
     (tmp_path / "in.txt").write_text("a b  c d e f g h i\nj k\n")  # the CLI's one line per text
     python = load_pipeline(directory)(texts)
@@ -77,7 +52,7 @@ def test_summarization(tmp_path, capsys):
 
 
 def test_qa_keeps_the_question_of_a_long_context_in_every_door(tmp_path, capsys):
-    directory = text_model(tmp_path, {"task": "qa", "keep": "end", "max_input_tokens": 8})
+    directory = tiny_model(tmp_path / "m", "qa", keep="end", max_input_tokens=8)
     context, question = " ".join(WORDS[:12] * 3), "k l"  # 36 context words, far over 8 tokens
     pipeline = load_pipeline(directory)
     python = pipeline([(context, question)])
@@ -93,8 +68,7 @@ def test_qa_keeps_the_question_of_a_long_context_in_every_door(tmp_path, capsys)
 
 
 def test_generation(tmp_path, capsys):
-    config = DecoderOnlyConfig(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_positions=8)
-    directory = save(tmp_path / "lm", "decoder-only", config, {"task": "lm", "block": 8})
+    directory = tiny_model(tmp_path / "m", "lm", block=8)
     options = {"max_new_tokens": 12, "method": "sample", "seed": 3, "temperature": 1.5}
     prompt = "a b c d e f g h i j"  # longer than the block: the last half block is kept, in every door
     python = load_pipeline(directory)([prompt], **options)[0]
@@ -105,9 +79,7 @@ def test_generation(tmp_path, capsys):
 
 
 def test_classification(tmp_path, capsys):
-    config = EncoderOnlyConfig(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32, n_classes=2)
-    directory = save(tmp_path / "clf", "encoder-only", config,
-                     {"task": "classify", "labels": ["neg", "pos"], "max_input_tokens": 4})
+    directory = tiny_model(tmp_path / "m", "classify", max_input_tokens=4)
     texts = ["a b c d e f", "g h", "i j k l"]
     (tmp_path / "in.txt").write_text("".join(t + "\n" for t in texts))
     python = load_pipeline(directory)(texts)
@@ -119,12 +91,8 @@ def test_classification(tmp_path, capsys):
 
 
 def test_image_classification(tmp_path, capsys):
-    config = EncoderOnlyConfig(vocab_size=1, d_model=16, n_heads=2, n_layers=1, d_ff=32, n_classes=10,
-                               input="patches", patch_dim=4, max_positions=17)
-    labels = [str(d) for d in range(10)]
-    directory = save(tmp_path / "vit", "encoder-only", config,
-                     {"task": "image-classify", "labels": labels, "patch_size": 2}, tokenizer=False)
-    images = np.random.default_rng(0).random((3, 8, 8)).round(3).tolist()
+    directory = tiny_model(tmp_path / "m", "image-classify")
+    images = np.random.default_rng(0).random((3, IMAGE_SIDE, IMAGE_SIDE)).round(3).tolist()
     (tmp_path / "in.txt").write_text("".join(json.dumps(image) + "\n" for image in images))
     python = load_pipeline(directory)(images)
     lines = cli(capsys, "classify", "--model", directory, "-i", tmp_path / "in.txt").splitlines()
@@ -135,7 +103,7 @@ def test_image_classification(tmp_path, capsys):
 
 
 def test_a_command_on_another_tasks_model_names_the_command_that_fits(tmp_path, capsys):
-    directory = text_model(tmp_path, {"task": "qa", "keep": "end"})
+    directory = tiny_model(tmp_path / "m", "qa", keep="end")
     (tmp_path / "in.txt").write_text("a b\n")
     assert main(["translate", str(directory), "-i", str(tmp_path / "in.txt")]) == 2
     assert capsys.readouterr().err.strip().endswith("a qa model, which `aiayn translate` does not run; use `aiayn answer`")

@@ -1,0 +1,31 @@
+"""What one server allows: request sizes, decoding bounds, the api key and connection timeouts."""
+
+from dataclasses import dataclass
+
+from aiayn.tasks.pipeline import InputLimits
+
+
+@dataclass(frozen=True)
+class ServeLimits(InputLimits):
+    max_beam: int = 16
+    max_len_b: int = 256
+    api_key: str = ""  # "" = no key needed; any key sent is ignored
+    # An idle keep-alive connection stays open this long; it must exceed the request timeout. uvicorn
+    # can arm its keep-alive timer after the next request on a connection has already arrived (its
+    # issues #1637, #2097); the timer then cuts that request off unanswered when it fires. With
+    # uvicorn's default of 5 s, a request that waited 5 s in a full queue was lost that way (a
+    # ReadError the server never logged: `benchmarks/serve_load.py --overflow-only --overflow-runs N
+    # --keep-alive 5` lost one request in 30 runs and one in 40; the default none in 55).
+    # Longer than any request lives, the stray timer is replaced when that request is answered.
+    keep_alive_s: float = 75.0
+    # A client has this long to send a whole request (headers and body), counted from its first byte,
+    # or from the connection's opening for its first request; a connection still sending is then
+    # closed. uvicorn has no such bound (its keep-alive timer restarts on every byte received), so a
+    # client sending half a request, a byte at a time, held a connection open indefinitely.
+    receive_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.keep_alive_s < float("inf"):  # NaN fails too
+            raise ValueError(f"the keep-alive must be a positive number of seconds, got {self.keep_alive_s}")
+        if not 0 < self.receive_timeout_s < float("inf"):
+            raise ValueError(f"the receive timeout must be a positive number of seconds, got {self.receive_timeout_s}")

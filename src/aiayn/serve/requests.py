@@ -1,0 +1,110 @@
+"""A request's fields, however they came (query, JSON body, form), read defensively: bounded JSON,
+finite numbers, short error messages, the api key checked in constant time."""
+
+import json
+import math
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+from aiayn.serve.limits import ServeLimits
+from aiayn.tasks.pipeline import RequestError
+
+
+class HTTPProblem(RequestError):
+    """A `RequestError` with response headers (e.g. Retry-After)."""
+
+    def __init__(self, status: int, message: str, headers: Optional[dict] = None):
+        super().__init__(message, status)
+        self.message, self.headers = message, headers or {}
+
+
+MAX_JSON_DEPTH = 16  # brackets nested in a JSON body; a request here needs 4 (images: a list of rows of numbers)
+
+
+async def request_fields(request) -> dict[str, Any]:
+    """The fields of a request however they came: query parameters, then a JSON body or form
+    fields on top. A list in a form or query comes as repeated fields."""
+    from starlette.requests import ClientDisconnect
+
+    fields: dict[str, Any] = {}
+    for key in request.query_params:
+        values = request.query_params.getlist(key)
+        fields[key] = values if len(values) > 1 else values[0]
+    content_type = request.headers.get("content-type", "")
+    try:
+        if "application/json" in content_type:
+            fields.update(parse_json_body(await request.body()))
+        elif "form" in content_type:
+            form = await request.form()
+            for key in form:
+                values = form.getlist(key)
+                fields[key] = values if len(values) > 1 else values[0]
+    except ClientDisconnect:  # e.g. closed by the receive deadline: a 400 to nobody, and no traceback
+        raise HTTPProblem(400, "the connection closed before the whole request arrived") from None
+    return fields
+
+
+def parse_json_body(body: bytes) -> dict:
+    """A JSON object whose numbers are all finite (json.loads reads NaN, Infinity and 1e400 as floats
+    that no check expects) and whose brackets nest at most `MAX_JSON_DEPTH` deep (the depth is
+    measured before parsing: 100,000 brackets would end json.loads in a RecursionError)."""
+    depth = json_depth(body)
+    if depth > MAX_JSON_DEPTH:
+        raise HTTPProblem(400, f"the JSON body nests {depth} brackets deep; at most {MAX_JSON_DEPTH}")
+    try:
+        parsed = json.loads(body or b"{}", parse_constant=_not_finite, parse_float=_finite_float)
+    except HTTPProblem:
+        raise
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, an integer of over 4,300 digits
+        raise HTTPProblem(400, f"malformed JSON body: {e}") from None
+    if not isinstance(parsed, dict):
+        raise HTTPProblem(422, "the JSON body must be an object")
+    return parsed
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # brackets inside strings do not nest
+_BRACKET_STEP = np.zeros(256, dtype=np.int64)
+_BRACKET_STEP[list(b"[{")], _BRACKET_STEP[list(b"]}")] = 1, -1
+_BRACKET_STEP.flags.writeable = False  # a constant table
+
+
+def json_depth(body: bytes) -> int:
+    """How deep the brackets of a JSON text nest, outside its strings (0 for a bare value)."""
+    steps = _BRACKET_STEP[np.frombuffer(_JSON_STRING.sub(b"", body), dtype=np.uint8)]
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def _not_finite(name: str):
+    raise HTTPProblem(422, f"{name} in the JSON body: numbers must be finite")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise HTTPProblem(422, f"{text[:20]} in the JSON body is too large: numbers must be finite")
+    return value
+
+
+MAX_ECHO = 200  # characters of a request's own text that an error message may repeat
+MAX_ERRORS = 10  # validation errors listed in one answer
+
+
+def shorten(message: str) -> str:
+    """An error message cut to `MAX_ECHO` characters past its first hundred (which explain it), so a
+    1 MB input never comes back as a 1 MB error; a float JSON cannot write is a string here too."""
+    limit = 100 + MAX_ECHO
+    return message if len(message) <= limit else f"{message[:limit]}... ({len(message) - limit} characters cut)"
+
+
+def check_key(request, fields: dict, limits: ServeLimits) -> None:
+    """The server's api key, when it has one, sent as a field or as `Authorization: Bearer KEY`."""
+    if not limits.api_key:
+        return
+    import hmac
+
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    given = fields.get("api_key", token if scheme.lower() == "bearer" else None)
+    if not (isinstance(given, str) and hmac.compare_digest(given.encode(), limits.api_key.encode())):  # constant time
+        raise HTTPProblem(403, "invalid api_key" if given else "this server needs an api_key")
