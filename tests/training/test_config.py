@@ -96,3 +96,21 @@ def test_task_is_a_top_level_key(tmp_path):
         load_config(path)
     with pytest.raises(ConfigError, match="unknown task .poetry."):
         load_config(None, ["train.max_updates=1", "task=poetry"])
+
+
+def test_keys_renamed_by_the_per_task_settings_still_load_with_a_warning(caplog):
+    """A recipe or a run's config.toml from before the per-task [data] sections loads (and resumes)."""
+    import logging
+
+    cases = [('task="summarization"', "data.max_source_length=64", "max_input_tokens", 64),
+             ('task="qa"', "data.valid_fraction=0.1", "carve_fraction", 0.1),
+             ('task="classify"', "data.max_length=32", "max_input_tokens", 32)]
+    for task, old, new, value in cases:
+        with caplog.at_level(logging.WARNING):
+            cfg = load_config(None, ["train.max_updates=1", task, old])
+        assert getattr(cfg.data, new) == value
+        assert f"{old.split('=')[0]} is now data.{new}" in caplog.text
+    cfg = load_config(None, ["train.max_updates=1", 'task="lm"', 'data.format="text"'])
+    assert "data.format no longer applies" in caplog.text and "format" not in cfg.to_dict()["data"]
+    with pytest.raises(ConfigError, match="data.max_source_length was renamed data.max_input_tokens; give only"):
+        load_config(None, ["train.max_updates=1", "data.max_source_length=5", "data.max_input_tokens=5"])

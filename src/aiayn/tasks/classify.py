@@ -23,7 +23,8 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from types import MappingProxyType
+from typing import Callable, ClassVar, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -100,6 +101,7 @@ def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: 
 
 @dataclass(frozen=True)
 class ClassifyData(VocabSettings, SplitSettings):
+    renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({"max_length": "max_input_tokens"})
     max_input_tokens: int = 256  # longer texts are cut to this many tokens (counted), in training and inference
 
     def __post_init__(self) -> None:

@@ -20,7 +20,8 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from types import MappingProxyType
+from typing import Callable, ClassVar, Mapping, Optional
 
 import numpy as np
 import torch
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LMData(VocabSettings):
+    renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({"format": None})  # it was "text"
     valid_fraction: float = 0.1  # the last tenth of the characters validates (nanoGPT's prepare.py)
 
     def __post_init__(self) -> None:

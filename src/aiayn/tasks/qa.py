@@ -24,7 +24,8 @@ import re
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from types import MappingProxyType
+from typing import ClassVar, Mapping, Optional, Sequence
 
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
@@ -61,6 +62,8 @@ def carved(name: str, story: int, fraction: float) -> bool:
 
 @dataclass(frozen=True)
 class QAData(TextPairSettings):
+    renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType(
+        {**TextPairSettings.renamed, "valid_fraction": "carve_fraction"})
     format: str = "babi"  # "babi" (bAbI story files) | "jsonl" (context, question, answer records)
     carve_fraction: float = 0.0  # > 0: valid_split is this share of the training files' stories (by hash)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar, Mapping, Optional
 
 from aiayn.config import ConfigError
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
@@ -32,8 +34,10 @@ def check_positive(settings, *names: str) -> None:
 
 @dataclass(frozen=True)
 class DataSettings:
-    """What every task reads: where the data is and how much goes into a micro-batch."""
+    """What every task reads: where the data is and how much goes into a micro-batch. `renamed`
+    lists keys of earlier releases (old -> new, None: no longer used), which a config still loads with."""
 
+    renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({})
     corpus: str = ""
     max_tokens: int = 4096  # per micro-batch: padded tokens (a seq2seq pair counts src + tgt_in)
 
@@ -69,6 +73,7 @@ class VocabSettings(DataSettings):
 class TextPairSettings(VocabSettings, SplitSettings):
     """A source text and a target text per example (the tasks of `seq2seq`)."""
 
+    renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({"max_source_length": "max_input_tokens"})
     joint_vocab: bool = True  # one vocabulary for both sides (§3.4)
     src_lang: str = "src"
     tgt_lang: str = "tgt"

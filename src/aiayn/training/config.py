@@ -18,6 +18,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import dataclasses
+import logging
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types
 from aiayn.io import atomic_write
 from aiayn.models import DEFAULT_MODEL_TYPE
 from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
+
+log = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 CONFIG_NAME = "config.toml"
@@ -195,6 +198,7 @@ def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source
     try:
         if section_cls is ModelSpec:
             return ModelSpec.from_dict(body)
+        body = _renamed(name, section_cls, body, source)
         known = {f.name for f in dataclasses.fields(section_cls)}
         unknown = sorted(set(body) - known)
         if unknown:
@@ -206,6 +210,24 @@ def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source
         raise ConfigError(f"{source}: {e}") from None
     except TypeError as e:  # e.g. a string where a number belongs, caught by a comparison
         raise ConfigError(f"{source}: bad value in [{name}]: {e}") from None
+
+
+def _renamed(name: str, section_cls: type, body: Mapping[str, Any], source: str) -> dict:
+    """`body` with the keys the section renamed (`section_cls.renamed`: old -> new, or None for a key
+    that no longer means anything) read under their new names, each said once as a warning, so a
+    recipe or a run directory written before the rename still loads (and resumes)."""
+    renamed = getattr(section_cls, "renamed", {})
+    out = dict(body)
+    for old in sorted(set(body) & set(renamed)):
+        new = renamed[old]
+        if new is not None and new in body:
+            raise ConfigError(f"{name}.{old} was renamed {name}.{new}; give only {name}.{new}")
+        value = out.pop(old)
+        if new is not None:
+            out[new] = value
+        log.warning("%s: %s.%s %s", source, name, old, f"is now {name}.{new} (read as such)" if new else
+                    "no longer applies (ignored)")
+    return out
 
 
 def _owners(keys: Sequence[str], task: str) -> str:
