@@ -181,3 +181,22 @@ def test_compare_revisions_of_one_checkout_against_itself():
     assert set(rows) == {("greedy", 2, "ours"), ("beam4", 2, "ours")}
     for r in rows.values():
         assert r["this"] > 0 and r["other"] > 0 and math.isclose(r["ratio"], r["this"] / r["other"])
+
+
+def test_beam_profile_kinds_add_up_to_the_step():
+    out = _last_json_line("beam_profile.py", "--preset", "tiny", "--batch", "2", "--runs", "1", "--threads", "1",
+                          "--json")
+    step = out["ms_per_step"]["2"]
+    assert set(step) == {"matmul", "softmax", "topk", "cache", "other", "python"}
+    assert all(v >= 0 for v in step.values()) and step["matmul"] > 0 and step["topk"] > 0
+
+
+def test_beam_profile_sorts_op_names_into_kinds():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from beam_profile import kind_of
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert [kind_of(n) for n in ("aten::addmm", "aten::_log_softmax", "aten::topk", "aten::index_select",
+                                 "aten::add_", "aten::_scaled_dot_product_flash_attention_for_cpu")] == \
+        ["matmul", "softmax", "topk", "cache", "other", "matmul"]

@@ -1,0 +1,93 @@
+"""Where a beam-search step's time goes (issue 29: measure before changing): torch.profiler's self
+CPU time of every op of `beam_search`, summed into kinds, per decoding step, at batch 1 and 32.
+
+The model and inputs are decode_speed.py's (the `small` preset, untrained seeded weights, 30-token
+sources, exactly 40 output tokens, beam 4), decoded through the FastDecoder as aiayn does. The op
+kinds (`KINDS`, matched on the op name):
+
+    matmul     the projections, the output layer and the attention products (addmm, mm, bmm, SDPA)
+    softmax    log-softmax over the vocabulary
+    topk       top-k over beam x vocabulary (and any sort)
+    cache      moving rows: index_select, gather, copy_, cat, the cache's reorder
+    other      everything else the profiler saw (elementwise ops, masks, bookkeeping in ATen)
+    python     wall time minus all of the above: the interpreter between ops (and the
+               profiler's own cost per op, so read it as an upper bound)
+
+    .venv/bin/python benchmarks/beam_profile.py [--batch 1 32] [--runs 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from aiayn.config import DecodeConfig
+from aiayn.decoding import beam_search, for_inference
+from decode_speed import BEAM, OUT_LEN, build_model, sources
+
+KINDS = {  # kind -> substrings of the ATen op names it takes (first match wins, in this order)
+    "matmul": ("addmm", "aten::mm", "bmm", "matmul", "linear", "scaled_dot_product", "baddbmm"),
+    "softmax": ("softmax",),
+    "topk": ("topk", "sort"),
+    "cache": ("index_select", "gather", "copy_", "aten::cat", "index_put", "index_copy", "scatter"),
+}
+ORDER = (*KINDS, "other", "python")
+
+
+def kind_of(name: str) -> str:
+    return next((kind for kind, keys in KINDS.items() if any(k in name for k in keys)), "other")
+
+
+def profile_beam(decoder, src: torch.Tensor, runs: int) -> dict[str, float]:
+    """Milliseconds per decoding step of each kind (the mean over `runs` searches, after one warm-up)."""
+    cfg = DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=OUT_LEN)
+    search = lambda: beam_search(decoder, src, cfg, min_len=OUT_LEN)  # noqa: E731
+    with torch.inference_mode():
+        search()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            for _ in range(runs):
+                search()
+            wall_ms = (time.perf_counter() - start) * 1e3
+    per_kind: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        per_kind[kind_of(event.key)] += event.self_cpu_time_total / 1e3  # us -> ms
+    per_kind["python"] = max(0.0, wall_ms - sum(per_kind.values()))
+    steps = runs * OUT_LEN
+    return {kind: per_kind.get(kind, 0.0) / steps for kind in ORDER}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--runs", type=int, default=3, help="profiled searches per batch size (after one warm-up)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--preset", default="small", help="model preset (default: small; tiny for a smoke test)")
+    p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    decoder = for_inference(build_model(args.preset))
+    rows = {b: profile_beam(decoder, sources(b), args.runs) for b in args.batch}
+    print(f"beam {BEAM}, {OUT_LEN} steps, {args.preset} preset, {args.threads} threads: ms per step (share)")
+    print(f"{'kind':<10}" + "".join(f"{'batch ' + str(b):>20}" for b in args.batch))
+    for kind in (*ORDER, "total"):
+        cells = []
+        for b in args.batch:
+            total = sum(rows[b].values())
+            value = total if kind == "total" else rows[b][kind]
+            cells.append(f"{value:>11.3f} ({100 * value / total:>4.1f}%)")
+        print(f"{kind:<10}" + "".join(f"{c:>20}" for c in cells))
+    if args.json:
+        print(json.dumps({"beam": BEAM, "steps": OUT_LEN, "preset": args.preset, "threads": args.threads,
+                          "ms_per_step": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
