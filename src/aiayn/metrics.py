@@ -221,5 +221,3 @@ def accuracy_scores(hyps: Sequence[str], refs: References) -> dict:
 
 SCORERS = MappingProxyType({"bleu": translation_scores, "rouge": summary_scores, "squad": qa_scores,
                             "accuracy": accuracy_scores})
-SCORE_NAMES = MappingProxyType({"bleu": ("bleu", "chrf"), "rouge": ("rouge1", "rouge2", "rougeL"),
-                                "squad": ("exact_match", "f1"), "accuracy": ("accuracy",)})  # what each prints

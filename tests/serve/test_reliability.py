@@ -17,18 +17,14 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
+from tiny_models import task_clients  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def clients(task_dirs):
     """task -> a TestClient of a server on that task's tiny model; 500s come back as responses."""
-    opened = {task: TestClient(create_app(directory), raise_server_exceptions=False)
-              for task, directory in task_dirs.items()}
-    for client in opened.values():
-        client.__enter__()
-    yield opened
-    for client in opened.values():
-        client.__exit__(None, None, None)
+    with task_clients(task_dirs, raise_server_exceptions=False) as opened:
+        yield opened
 
 
 def post_json(client, path: str, body: bytes):

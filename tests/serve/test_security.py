@@ -14,6 +14,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 from fastapi.testclient import TestClient  # noqa: E402
 
 from aiayn.serve.app import ServeLimits, create_app  # noqa: E402
+from tiny_models import task_clients  # noqa: E402
 
 KEY = "s3cret-key"
 IMAGE = [[0.0, 0.25, 0.5, 0.75]] * 4  # 4x4 pixels: four 2x2 patches
@@ -77,13 +78,8 @@ def send(client, path: str, fields: dict, way: str, key):
 @pytest.fixture(scope="module")
 def guarded(task_dirs):
     """task -> a TestClient of that task's server started with --api-key KEY."""
-    clients = {task: TestClient(create_app(directory, limits=ServeLimits(api_key=KEY)))
-               for task, directory in task_dirs.items()}
-    for client in clients.values():
-        client.__enter__()
-    yield clients
-    for client in clients.values():
-        client.__exit__(None, None, None)
+    with task_clients(task_dirs, limits=ServeLimits(api_key=KEY)) as clients:
+        yield clients
 
 
 @pytest.mark.parametrize("task,path,fields", ROUTES, ids=[f"{t}{p}" for t, p, _ in ROUTES])

@@ -2,6 +2,7 @@
 tokenizer, task.json): small enough to build and answer in well under a second. Shared by the
 tests of the doors (CLI, Python, HTTP) and of serving."""
 
+import contextlib
 import dataclasses
 
 import torch
@@ -48,3 +49,17 @@ def tiny_model(directory, task: str, block: int = 16, **info):
         save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
     write_task_info(directory, {**defaults, **info})
     return directory
+
+
+@contextlib.contextmanager
+def task_clients(task_dirs: dict, raise_server_exceptions: bool = True, **create):
+    """task -> an open FastAPI TestClient of `aiayn serve`'s app on that task's directory (`create`:
+    `create_app` keywords, e.g. limits); all are closed on exit."""
+    from fastapi.testclient import TestClient
+
+    from aiayn.serve.app import create_app
+
+    with contextlib.ExitStack() as stack:
+        yield {task: stack.enter_context(TestClient(create_app(directory, **create),
+                                                    raise_server_exceptions=raise_server_exceptions))
+               for task, directory in task_dirs.items()}

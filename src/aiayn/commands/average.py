@@ -43,7 +43,7 @@ def run(args) -> int:
 
 def _find_tokenizer(ckpt):
     """The checkpoint itself, else RUN_DIR/tokenizer or RUN_DIR/model (ckpt = RUN_DIR/checkpoints/ckpt_N)."""
-    from aiayn.tasks.base import TOKENIZER_DIR
+    from aiayn.data.tokenizer import TOKENIZER_DIR
 
     run_dir = ckpt.resolve().parent.parent
     for d in (ckpt, run_dir / TOKENIZER_DIR, run_dir / "model"):

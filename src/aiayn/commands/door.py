@@ -78,8 +78,6 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
     """-i FILE (or stdin, streamed in chunks) -> -o FILE (or stdout): one output line per input line.
     `format_line(index, input, output)` replaces the pipeline's; `index_option` names the option
     that tells the pipeline the line number of a chunk's first line (seeded sampling)."""
-    from aiayn.commands.translate import write_lines
-
     fmt = format_line or (lambda i, given, out: pipeline.format_line(given, out))
     if args.input is not None:
         inputs = parse(pipeline, read_lines(args.input), args.input)
@@ -102,6 +100,13 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
         if sink is not sys.stdout:
             sink.close()
     return 0
+
+
+def write_lines(path: str | None, out: list[str]) -> None:
+    """`out` to `path` (None or "-": stdout); see `aiayn.io.write_output` for links, FIFOs and devices."""
+    from aiayn.io import write_output
+
+    write_output("-" if path is None else path, "".join(out))
 
 
 def check_writable(path: str) -> None:

@@ -28,7 +28,9 @@ def add_arguments(p) -> None:
     src.add_argument("--model", help="model directory: decode --src and score the result")
     p.add_argument("--src", help="source file (with --model)")
     p.add_argument("--save-hyp", help="also write the model's outputs here (with --model)")
-    p.add_argument("--metric", choices=("accuracy", "bleu", "rouge", "squad"),
+    from aiayn.metrics import SCORERS
+
+    p.add_argument("--metric", choices=sorted(SCORERS),
                    help="default: the model's task's metric with --model, bleu with --hyp")
     p.add_argument("--tokenize", help="sacreBLEU tokenizer for BLEU (default: sacreBLEU's, 13a; "
                                        "e.g. intl, char, zh, ja-mecab)")
@@ -89,9 +91,8 @@ def _task_metric(model_dir: str) -> str:
     task = task_of(model_dir)
     pipeline = task_class(task).pipeline
     if not pipeline.metric:
-        raise ValueError(f"{model_dir}: a {task} model has no metric for aiayn evaluate --model; "
-                         f"use `aiayn {pipeline.command}`" if pipeline.command else f"{model_dir}: a {task} model "
-                         "has no metric for aiayn evaluate --model")
+        hint = f"; use `aiayn {pipeline.command}`" if pipeline.command else ""
+        raise ValueError(f"{model_dir}: a {task} model has no metric for aiayn evaluate --model{hint}")
     return pipeline.metric
 
 
@@ -127,9 +128,9 @@ def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -
 def _decode(args, pipeline, sources: list[str]) -> list[str]:
     """The model's outputs for the lines `sources`, through its pipeline: read in its line format,
     answered as `aiayn translate` (and the rest) would, each output's text one line."""
-    from aiayn.commands.door import answer, parse
-    from aiayn.commands.translate import translate_kwargs, write_lines
-    from aiayn.tasks.pipeline import one_line
+    from aiayn.commands.door import answer, parse, write_lines
+    from aiayn.commands.translate import translate_kwargs
+    from aiayn.tasks import one_line
 
     options = {k: v for k, v in translate_kwargs(args).items() if v is not None}  # only the flags given
     outputs = answer(pipeline, parse(pipeline, sources, args.src), options)

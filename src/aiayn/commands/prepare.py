@@ -6,8 +6,10 @@ HELP = "train a sentencepiece vocabulary on a corpus' train split and cache the 
 
 
 def add_arguments(p) -> None:
-    from aiayn.tasks.settings import VocabSettings as DataConfig
+    from aiayn.tasks import DEFAULT_TASK, task_class
     from aiayn.training.config import RunConfig
+
+    DataConfig = task_class(DEFAULT_TASK).data_config  # the [data] settings of a parallel corpus
 
     p.add_argument("corpus", help="known corpus name (multi30k, small-parallel-enja), {split}.{lang} directory, "
                                   "or TSV file")

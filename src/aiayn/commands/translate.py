@@ -64,7 +64,7 @@ def add_arguments(p) -> None:
 
 def format_nbest(index: int, hyps) -> str:
     """The n best of one sentence as 'index ||| text ||| score' lines (without the final newline)."""
-    from aiayn.tasks.pipeline import one_line
+    from aiayn.tasks import one_line
 
     return "\n".join(f"{index} ||| {one_line(text)} ||| {score:.4f}" for text, score in hyps)
 
@@ -78,10 +78,3 @@ def run(args) -> int:
     options = dict(translate_kwargs(args), nbest=args.nbest)
     nbest = (lambda i, given, hyps: format_nbest(i, hyps)) if args.nbest is not None else None
     return door.run_lines(args, pipeline, options, nbest, index_option="first_index")
-
-
-def write_lines(path: str | None, out: list[str]) -> None:
-    """`out` to `path` (None or "-": stdout); see `aiayn.io.write_output` for links, FIFOs and devices."""
-    from aiayn.io import write_output
-
-    write_output("-" if path is None else path, "".join(out))

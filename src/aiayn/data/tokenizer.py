@@ -44,6 +44,7 @@ MANIFEST_VERSION = 1
 # Default subword vocabulary: joint BPE of this size (a small-corpus choice; the paper used
 # 37000 joint BPE pieces for WMT En-De, §5.1).
 DEFAULT_VOCAB_SIZE = 8000
+TOKENIZER_DIR = "tokenizer"  # in a run directory: the vocabulary the run trains with
 
 
 class TokenizerError(ValueError):

@@ -34,7 +34,7 @@ from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull
 from aiayn.serve.limits import ServeLimits
 from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, check_key, request_fields, shorten
 from aiayn.serve.server import is_loopback, uvicorn_config
-from aiayn.tasks.pipeline import RequestError, Route
+from aiayn.tasks import RequestError, Route
 
 log = logging.getLogger(__name__)
 

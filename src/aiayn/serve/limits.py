@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from aiayn.tasks.pipeline import InputLimits
+from aiayn.tasks import InputLimits
 
 
 @dataclass(frozen=True)

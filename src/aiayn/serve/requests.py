@@ -9,7 +9,7 @@ from typing import Any, Optional
 import numpy as np
 
 from aiayn.serve.limits import ServeLimits
-from aiayn.tasks.pipeline import RequestError
+from aiayn.tasks import RequestError
 
 
 class HTTPProblem(RequestError):

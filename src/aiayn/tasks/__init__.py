@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from aiayn.config import ConfigError
+from aiayn.tasks.pipeline import InputLimits, Pipeline, RequestError, Route, one_line  # what every door speaks
 
 TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", imported on first use
     "translation": "aiayn.tasks.translation:TranslationTask",
@@ -81,4 +82,5 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     return pipeline.from_pretrained(model_dir, device=device, **options)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "load_pipeline"]
+__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "load_pipeline", "InputLimits", "Pipeline",
+           "RequestError", "Route", "one_line"]

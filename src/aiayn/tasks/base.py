@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import torch
 from torch import nn
 
+from aiayn.data.tokenizer import TOKENIZER_DIR
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums
 
@@ -73,7 +74,6 @@ class Task(Protocol):
 # -- what every task writes beside the weights ---------------------------------------------------
 log = logging.getLogger(__name__)
 
-TOKENIZER_DIR = "tokenizer"  # in a run directory: the vocabulary the run trains with
 TASK_FILE = "task.json"  # in a model directory: which task made it, and what its inference needs
 
 

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from aiayn.data.preprocess import ParallelDataset, load_parallel
-from aiayn.tasks.base import TOKENIZER_DIR
 from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
-__all__ = ["TOKENIZER_DIR", "TranslationData", "TranslationTask", "TranslationPipeline", "read_text"]
+__all__ = ["TranslationData", "TranslationTask", "TranslationPipeline", "read_text"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ class TranslationPipeline(TextPipeline):
         if r.return_attention and self.backend != "native":
             raise RequestError(f"return_attention: attention weights are not available with the {self.backend} backend", 400)
         beam = r.beam_size if r.method == "beam" else 1
-        if r.nbest > 1 and r.nbest > beam:
+        if r.nbest > beam:
             raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
         results = await server.decode(r.text, method=r.method, beam_size=beam, length_penalty=r.length_penalty,
                                       max_len_b=r.max_len_b, no_repeat_ngram_size=r.no_repeat_ngram_size,

@@ -83,16 +83,15 @@ class ImageClassifier(Classifier):
     routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])",
                     example='{"image": [[0.0, 0.5], [1.0, 0.25]]}'),)
 
+    def __init__(self, model, labels: list[str], patch_size: int):
+        self.model, self.labels, self.patch_size = model.eval(), labels, patch_size
+
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device="cpu", **options) -> "ImageClassifier":
         from aiayn.models import load_model
 
         info = read_task_info(model_dir, expect=cls.task)
-        return cls(load_model(model_dir, device=device), None, info["labels"], int(info["patch_size"]))
-
-    @property
-    def patch_size(self) -> int:
-        return self.max_length  # the Classifier's length field holds the patch side here
+        return cls(load_model(model_dir, device=device), info["labels"], int(info["patch_size"]))
 
     def prepare(self, images: Sequence) -> list[np.ndarray]:
         """Images -> (N, p²) patches each; an image that is not a grid of numbers in [0, 1] is an error."""
