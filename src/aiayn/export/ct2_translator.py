@@ -73,7 +73,7 @@ class CT2Translator(TextTranslator):
         `kwargs` go to the constructor and, when not None, win over the export's task.json."""
         from aiayn.data.tokenizer import load_tokenizers
         from aiayn.export.ctranslate2 import read_manifest, require_ctranslate2
-        from aiayn.tasks.base import read_task_info
+        from aiayn.tasks import read_task_info
         from aiayn.tasks.seq2seq import translator_options
 
         export_dir = Path(export_dir)

@@ -107,7 +107,7 @@ def _read_model_dir(model_dir: Path):
     from aiayn.data.tokenizer import load_tokenizers
     from aiayn.decoding.translator import check_vocab
     from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
-    from aiayn.tasks.base import read_task_info
+    from aiayn.tasks import read_task_info
 
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: model directory not found")
@@ -167,7 +167,7 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version
 def _write_extras(directory: Path, tokenizers, info: dict, manifest: dict) -> None:
     from aiayn.data.tokenizer import save_tokenizers
     from aiayn.io import atomic_write
-    from aiayn.tasks.base import write_task_info
+    from aiayn.tasks import write_task_info
 
     save_tokenizers(tokenizers, directory)
     if info:

@@ -64,9 +64,21 @@ def build_task(cfg):
 
 def task_of(model_dir: str | Path) -> str:
     """The task name recorded in a model directory's task.json (`DEFAULT_TASK` without one)."""
-    from aiayn.tasks.base import read_task_info
-
     return read_task_info(model_dir).get("task", DEFAULT_TASK)
+
+
+def read_task_info(model_dir: str | Path, expect: str | None = None) -> dict:
+    """A model directory's task.json (see `aiayn.tasks.base.read_task_info`)."""
+    from aiayn.tasks import base
+
+    return base.read_task_info(model_dir, expect)
+
+
+def write_task_info(model_dir: str | Path, info: dict) -> None:
+    """task.json, atomically (see `aiayn.tasks.base.write_task_info`)."""
+    from aiayn.tasks import base
+
+    base.write_task_info(model_dir, info)
 
 
 def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", **options):
@@ -83,4 +95,4 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
 
 
 __all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "load_pipeline", "InputLimits", "Pipeline",
-           "RequestError", "Route", "one_line"]
+           "RequestError", "Route", "one_line", "read_task_info", "write_task_info"]
