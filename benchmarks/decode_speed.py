@@ -1,4 +1,4 @@
-"""Decoding speed in target tokens/s: aiayn vs a textbook decoder, Hugging Face and CTranslate2.
+"""Decoding speed in target tokens/s: aiayn (fp32, bf16, int8) vs a textbook decoder, Hugging Face and CTranslate2.
 
 All decoders run the same model: the `small` preset (d_model 256, 4 heads, 3+3 layers,
 d_ff 1024) with an 8000-token joint vocabulary and untrained, seeded weights. Hugging
@@ -8,6 +8,10 @@ from our weights with its spec API (`aiayn.export.ctranslate2`, fp32 and int8). 
 compared as a check of the conversions. Sources are 30 tokens (29 random + EOS); every
 decoder is forced to produce exactly 40 target tokens (EOS forbidden before 40, at most
 40), so tokens/s = batch · 40 / seconds, the whole translation (encoder included) timed.
+
+"ours_bf16" and "ours_int8" are aiayn's fast decoder in bf16 (only where the CPU multiplies bf16
+natively: avx512_bf16 or AMX; elsewhere the row says so and is skipped) and with int8 weights and
+dynamically quantized activations (`aiayn.modules.quantized`). A second table prints the ratios.
 
 "textbook" re-runs the full decoder over the prefix at every step (no key/value cache),
 as the Annotated Transformer's greedy_decode does, with a plain beam search on top.
@@ -28,16 +32,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.models.transformer import Transformer
+from aiayn.runtime import native_bf16
 
 VOCAB, SRC_LEN, OUT_LEN, BEAM = 8000, 30, 40, 4
 STRATEGIES = {"greedy": 1, "beam4": BEAM}
-PEERS = ["ours", "textbook", "hf", "ct2_fp32", "ct2_int8"]
+PEERS = ["ours", "ours_bf16", "ours_int8", "textbook", "hf", "ct2_fp32", "ct2_int8"]
+RATIOS = [("ours", "ct2_fp32"), ("ours_int8", "ct2_int8"), ("ours_bf16", "ours"), ("ours_int8", "ours"),
+          ("ours", "hf"), ("ours", "textbook")]  # (numerator, denominator) columns of the ratio table
 
 
 def build_model(preset: str = "small", vocab: int = VOCAB, seed: int = 0) -> Transformer:
@@ -186,10 +194,22 @@ def interleaved_tokens_per_second(fns: dict, runs: int, device: str = "cpu") -> 
     return speeds, outs
 
 
-def make_peers(model: Transformer, tmp: Path, threads: int, module_step: bool = False, device: str = "cpu") -> dict:
+def make_peers(model: Transformer, tmp: Path, threads: int, module_step: bool = False, device: str = "cpu",
+               skip: Sequence[str] = ()) -> dict:
     decoder = model if module_step else for_inference(model)  # built once, as a Translator does
     peers = {"ours": lambda src, beam: ours(decoder, src, beam),
              "textbook": lambda src, beam: textbook(model, src, beam)}
+    for name, precision in (("ours_bf16", "bf16"), ("ours_int8", "int8")):
+        if name in skip or module_step:
+            continue
+        if precision == "bf16" and not native_bf16(device):
+            print(f"{name}: skipped: this {device} has no native bf16 matmuls (avx512_bf16 or AMX)", file=sys.stderr)
+            continue
+        if precision == "int8" and device != "cpu":
+            print(f"{name}: n/a (int8 decoding runs on the CPU)", file=sys.stderr)
+            continue
+        low = for_inference(model, precision)
+        peers[name] = lambda src, beam, low=low: ours(low, src, beam)
     try:
         hf = marian_from_ours(model).to(device)
         peers["hf"] = lambda src, beam: hf_generate(hf, src, beam)
@@ -228,17 +248,21 @@ def main(argv=None) -> int:
     model = build_model(args.preset, args.vocab).to(args.device)
     rows, checks = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads, args.module_step, args.device).items() if k not in args.skip}
+        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads, args.module_step, args.device,
+                                             args.skip).items() if k not in args.skip}
+        print_header()
         for strategy, beam in STRATEGIES.items():
             for batch in args.batch:
                 src = sources(batch, args.vocab).to(args.device)
                 fns = {name: (lambda fn=fn: fn(src, beam)) for name, fn in peers.items()}
                 speeds, outs = interleaved_tokens_per_second(fns, args.runs, args.device)
                 row = {"strategy": strategy, "batch": batch, **{name: speeds.get(name) for name in PEERS}}
+                row.update({f"{a}/{b}": (row[a] / row[b] if row[a] and row[b] else None) for a, b in RATIOS})
                 rows.append(row)
                 if "ours" in outs:
                     checks.append((strategy, batch, {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}))
                 print_row(row)
+    print_ratios(rows)
     print("same 1-best tokens as ours: " + "; ".join(
         f"{s} b{b}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in c.items()) for s, b, c in checks))
     if args.json:
@@ -247,10 +271,18 @@ def main(argv=None) -> int:
     return 0
 
 
+def print_header() -> None:
+    print(f"{'strategy':<9}{'batch':>6}" + "".join(f"{n:>11}" for n in PEERS) + "   (target tokens/s)")
+
+
+def print_ratios(rows: list[dict]) -> None:
+    print(f"\n{'strategy':<9}{'batch':>6}" + "".join(f"{a + '/' + b:>20}" for a, b in RATIOS) + "   (ratios)")
+    for row in rows:
+        cells = "".join(f"{'n/a':>20}" if row[f'{a}/{b}'] is None else f"{row[f'{a}/{b}']:>20.2f}" for a, b in RATIOS)
+        print(f"{row['strategy']:<9}{row['batch']:>6}{cells}")
+
+
 def print_row(row: dict) -> None:
-    if not hasattr(print_row, "header"):
-        print_row.header = True
-        print(f"{'strategy':<9}{'batch':>6}" + "".join(f"{n:>11}" for n in PEERS) + "   (target tokens/s)")
     cells = "".join(f"{'n/a':>11}" if row[n] is None else f"{row[n]:>11,.0f}" for n in PEERS)
     print(f"{row['strategy']:<9}{row['batch']:>6}{cells}", flush=True)
 

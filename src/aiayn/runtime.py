@@ -107,3 +107,37 @@ def stable_hash(text: str) -> int:
     import hashlib
 
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+PRECISION_CHOICES = ("auto", "fp32", "bf16")  # decoding; training also takes "fp16" (CUDA)
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them in /proc/cpuinfo (empty elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def native_bf16(device="cpu") -> bool:
+    """Whether `device` multiplies bf16 matrices natively: a CUDA GPU that supports bf16, or a CPU with
+    avx512_bf16 or AMX (elsewhere a CPU emulates bf16 matmuls, slower than fp32). The flags are what
+    `benchmarks/train_throughput.py` confirms by timing a bf16 matmul against an fp32 one."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
+def resolve_precision(precision: str, device="cpu") -> str:
+    """"auto" -> "bf16" where `device` has native bf16 (`native_bf16`), else "fp32"; others as given."""
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision

@@ -58,13 +58,23 @@ class ShowsAttention(Protocol):
         """The attention maps of one teacher-forced pass of src (B, S) and tgt_in (B, T) = BOS + output."""
 
 
-def for_inference(model) -> Decodable:
-    """The fastest decodable view of `model`: its `fast_decoder()` when it has one and is in
-    eval mode, else the model itself. Build it once per set of weights (a `Translator` does)."""
+def for_inference(model, precision: str = "fp32") -> Decodable:
+    """The fastest decodable view of `model`: its `fast_decoder(precision)` when it has one and is in
+    eval mode, else the model itself. Build it once per set of weights (a `Translator` does).
+
+    `precision`: "fp32", "bf16", "int8" (`aiayn.models.fast_decoder`) or "auto" (bf16 where the
+    device multiplies bf16 natively, else fp32; `runtime.resolve_precision`). A model that cannot
+    decode in the precision asked for is an error, except for "auto", which falls back to fp32."""
+    from aiayn.runtime import resolve_precision
+
+    resolved = resolve_precision(precision, next(model.parameters()).device)
     fast = getattr(model, "fast_decoder", None)
-    if fast is not None and not getattr(model, "training", False):
-        try:
-            return fast()
-        except ValueError:  # e.g. a subclass with other layers: its own step is the right math
+    try:
+        if fast is None or getattr(model, "training", False):
+            raise ValueError(f"a {type(model).__name__} in {'training' if fast else 'any'} mode has no fast "
+                             "decoder, which lower precisions need")
+        return fast(resolved) if resolved != "fp32" else fast()
+    except ValueError as e:  # e.g. a subclass with other layers: its own step is the right math
+        if resolved == "fp32" or precision == "auto":
             return model
-    return model
+        raise ValueError(f"cannot decode in {resolved}: {e}") from None

@@ -126,22 +126,28 @@ class Translator(TextTranslator):
 
     `decode` and `sampling` hold the default settings (`DecodeConfig()`: beam 4, GNMT
     α = 0.6, |src| + 50; `SamplingConfig()`); `translate` keyword arguments override them per call.
+    `precision` ("fp32", "bf16" or "auto": bf16 where the device has it natively) and `quantize="int8"`
+    (int8 weights and activations on the CPU) choose the arithmetic of the decoder
+    (`interface.for_inference`); the default is the model's own fp32.
     """
 
     def __init__(self, model, tokenizers, decode: DecodeConfig | None = None, sampling: SamplingConfig | None = None,
                  max_input_tokens: int | None = None, batch_tokens: int = DEFAULT_BATCH_TOKENS,
-                 keep: str = "start"):
+                 keep: str = "start", precision: str = "fp32", quantize: str | None = None):
         if not hasattr(model, "max_input_length"):  # one stack (GPT, BERT): no source to translate from
             raise ValueError(f"a {model.model_type} model does not translate: a Translator needs an encoder-decoder "
                              "(a model directory without task.json is read as a translation model)")
         super().__init__(tokenizers, decode, sampling, max_input_tokens or model.max_input_length, batch_tokens, keep)
         self.model = model.eval()
         check_vocab(model.config, tokenizers)
+        if quantize not in (None, "int8"):
+            raise ValueError(f"quantize must be 'int8' or None, got {quantize!r}")
+        self.precision = "int8" if quantize else precision
         self.refresh()
 
     def refresh(self) -> None:
         """Rebuild the inference view of the model: call after its weights change."""
-        self.decoder = for_inference(self.model)
+        self.decoder = for_inference(self.model, self.precision)
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs) -> "Translator":

@@ -20,14 +20,20 @@ later weight update, in place or not, never reaches it, and it never mixes old a
 weights: rebuilding it (`Translator.refresh()`) is the only way to see new weights. The
 copies are made once, at build time (they cost one more copy of the model's weights, plus
 the transposed matrices); a step copies nothing. All per-call state is in the `KVCache`, so
-one `FastDecoder` serves concurrent calls. Built from a model whose decoder layers are not
+one `FastDecoder` serves concurrent calls.
+
+It also decodes in lower precision (`precision`, see the class doc): bf16 where the CPU or GPU
+multiplies bf16 natively, and int8 weights with dynamically quantized activations on the CPU
+(`aiayn.modules.quantized`). Built from a model whose decoder layers are not
 exactly `DecoderLayer` with the ReLU `PositionwiseFeedForward`, it refuses (ValueError),
 since it would compute other math.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -35,81 +41,134 @@ from torch import Tensor
 
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import DecoderLayer, PositionwiseFeedForward
+from aiayn.modules.quantized import Int8Linear, quantize_linears_
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+Linear = Callable[[Tensor], Tensor]  # (N, in) -> (N, out)
 
 
 @dataclass
 class _Layer:
     sa_norm: tuple[Tensor, Tensor]
-    qkv_w: Tensor  # (D, 3D): x @ qkv_w = in_proj(x) - bias
-    qkv_b: Tensor  # (3D,)
-    sa_out_w: Tensor  # (D, D)
-    sa_out_b: Tensor
+    qkv: Linear  # (N, D) -> (N, 3D): the self-attention's in_proj
+    sa_out: Linear
     ca_norm: tuple[Tensor, Tensor]
-    q_w: Tensor  # (D, D)
-    q_b: Tensor
-    ca_out_w: Tensor
-    ca_out_b: Tensor
+    q: Linear  # the cross-attention's query projection (its keys/values are in the cache)
+    ca_out: Linear
     ff_norm: tuple[Tensor, Tensor]
-    w1: Tensor  # (D, F)
-    b1: Tensor
-    w2: Tensor  # (F, D)
-    b2: Tensor
+    ff1: Linear  # (N, D) -> (N, F)
+    ff2: Linear  # (N, F) -> (N, D)
 
 
-def _t(w: Tensor) -> Tensor:
-    return w.t().contiguous()  # (out, D) -> (D, out), the layout `addmm` reads fastest
+def _linear(weight: Tensor, bias: Tensor, precision: str) -> Linear:
+    """y = x W^T + b as one call. fp32 and bf16 keep W transposed and contiguous, (in, out), the
+    layout `addmm` reads fastest; bf16 casts x to bf16 and returns bf16. int8: `Int8Linear`."""
+    if precision == "int8":
+        return Int8Linear(weight, bias).forward
+    dtype = torch.bfloat16 if precision == "bf16" else weight.dtype
+    wt, b = weight.t().contiguous().to(dtype), bias.to(dtype)  # (in, out), (out,)
+    if precision == "bf16":
+        return lambda x: torch.addmm(b, x.to(dtype), wt)
+    return lambda x: torch.addmm(b, x, wt)
 
 
-def _layer(layer) -> _Layer:
-    """The step's view of one layer of the frozen snapshot: its norms and biases as they are,
-    its weight matrices transposed."""
+def _layer(layer, precision: str) -> _Layer:
+    """The step's view of one layer of the frozen snapshot: its norms as they are, its linear
+    layers as `_linear` calls."""
     D = layer.self_attn.d_model
     sa, ca = layer.self_attn, layer.cross_attn
     norm = lambda n: (n.weight, n.bias)  # noqa: E731
+    lin = lambda w, b: _linear(w, b, precision)  # noqa: E731
     return _Layer(
-        norm(layer.sa_conn.norm), _t(sa.in_proj.weight), sa.in_proj.bias,
-        _t(sa.out_proj.weight), sa.out_proj.bias,
-        norm(layer.ca_conn.norm), _t(ca.in_proj.weight[:D]), ca.in_proj.bias[:D],
-        _t(ca.out_proj.weight), ca.out_proj.bias,
-        norm(layer.ff_conn.norm), _t(layer.ff.linear1.weight), layer.ff.linear1.bias,
-        _t(layer.ff.linear2.weight), layer.ff.linear2.bias,
+        norm(layer.sa_conn.norm), lin(sa.in_proj.weight, sa.in_proj.bias), lin(sa.out_proj.weight, sa.out_proj.bias),
+        norm(layer.ca_conn.norm), lin(ca.in_proj.weight[:D], ca.in_proj.bias[:D]),
+        lin(ca.out_proj.weight, ca.out_proj.bias),
+        norm(layer.ff_conn.norm), lin(layer.ff.linear1.weight, layer.ff.linear1.bias),
+        lin(layer.ff.linear2.weight, layer.ff.linear2.bias),
     )
 
 
-def _snapshot(model):
-    """A frozen copy of `model`: copies of all its parameters and buffers, none requiring grad.
+class _Output:
+    """The pre-softmax projection (N, D) -> logits (N, V), no bias. In fp32, few rows run as
+    (W x^T)^T: with x^T the small operand, the BLAS packs x instead of the whole (D, V) weight at
+    every call, about 2x faster from 2 to ~64 rows on the CPUs measured (`benchmarks/int8_matmul.py`)."""
+
+    FEW_ROWS = 64
+
+    def __init__(self, weight: Tensor, precision: str):  # weight (V, D)
+        self.precision = precision
+        if precision == "int8":
+            self.int8 = Int8Linear(weight, None).forward
+        dtype = torch.bfloat16 if precision == "bf16" else weight.dtype
+        self.w = weight.contiguous().to(dtype)  # (V, D)
+        self.wt = weight.t().contiguous().to(dtype)  # (D, V)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.precision == "int8":
+            return self.int8(x)
+        x = x.to(self.wt.dtype)
+        if 1 < x.shape[0] <= self.FEW_ROWS and x.device.type == "cpu":
+            return torch.mm(self.w, x.t()).t().contiguous()  # (V, N) -> (N, V)
+        return x @ self.wt
+
+
+def _snapshot(model, precision: str):
+    """A frozen copy of `model`: copies of all its parameters and buffers, none requiring grad;
+    with int8, its encoder's linear layers quantized (`quantize_linears_`).
     (`deepcopy`, not a rebuild from the config: building would draw from the global RNG.)"""
-    return copy.deepcopy(model).requires_grad_(False)
+    snapshot = copy.deepcopy(model).requires_grad_(False)
+    if precision == "int8":
+        quantize_linears_(snapshot.encoder)
+    return snapshot
 
 
 class FastDecoder:
     """The decoding interface of `model` (a `Transformer` in eval mode) with a faster `step`:
-    `step(tokens (N,), cache) -> logits (N, V)` equals `model.step(tokens, cache)`.
+    `step(tokens (N,), cache) -> logits (N, V)` equals `model.step(tokens, cache)` in fp32.
 
     Its step also takes rows at different positions (`KVCache.start`, continuous batching).
 
     It decodes with the weights `model` had when it was built (a snapshot, see the module doc):
     after the weights change it keeps giving the old model's outputs until it is rebuilt
-    (`model.fast_decoder()`, `Translator.refresh()`)."""
+    (`model.fast_decoder()`, `Translator.refresh()`).
+
+    `precision`: "fp32" (the model's own math); "bf16": the linear layers multiply in bf16 (the
+    residual stream, norms and softmax stay fp32; the encoder runs under bf16 autocast, and the
+    keys/values are cached in bf16); "int8": the linear layers of the encoder and decoder and the
+    output projection multiply int8 weights by dynamically quantized activations (`Int8Linear`);
+    the cross-attention key/value projections and copy attention stay fp32."""
 
     ragged_steps = True
 
-    def __init__(self, model):
+    def __init__(self, model, precision: str = "fp32"):
         _check_supported(model)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision == "int8" and next(model.parameters()).device.type != "cpu":
+            raise ValueError("int8 decoding runs on the CPU (FBGEMM); use bf16 on a GPU")
         cfg = model.config
-        self.model = model = _snapshot(model)  # everything below reads the snapshot, never the live model
+        self.precision = precision
+        self.model = model = _snapshot(model, precision)  # everything below reads the snapshot, never the live model
         self.decoder = model.decoder
         self.n_heads, self.d_model = cfg.n_heads, cfg.d_model
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
-        self.layers = [_layer(layer) for layer in model.decoder.layers]
+        self.layers = [_layer(layer, precision) for layer in model.decoder.layers]
         final = model.decoder.final_norm
         self.final_norm = None if final is None else (final.weight, final.bias)
         out = model.decoder.embed.weight if model.output_proj is None else model.output_proj.weight
-        self.out_w = _t(out)  # (D, V)
+        self.output = _Output(out, precision)  # (N, D) -> (N, V)
 
     # -- the decoding interface: everything but `step` is the model's own ------------------
+    def _autocast(self):
+        if self.precision != "bf16":
+            return contextlib.nullcontext()
+        return torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16)
+
     def start(self, src: Tensor, capacity: int = 64) -> KVCache:
-        return self.model.start(src, capacity)
+        with self._autocast():
+            return self.model.start(src, capacity)
 
     @property
     def max_output_length(self) -> int | None:
@@ -120,7 +179,8 @@ class FastDecoder:
         return self.model.max_input_length
 
     def attention(self, src: Tensor, tgt_in: Tensor):
-        return self.model.attention(src, tgt_in)
+        with self._autocast():
+            return self.model.attention(src, tgt_in)
 
     def _positions(self, cache: KVCache) -> Tensor:
         """(1, D) for the usual cache, (N, D) when rows are at different positions (`KVCache.start`)."""
@@ -136,35 +196,37 @@ class FastDecoder:
     def step(self, tokens: Tensor, cache: KVCache) -> Tensor:
         N, H, D = tokens.shape[0], self.n_heads, self.d_model
         dec = self.decoder
-        x = dec.embed(tokens) + self._positions(cache)  # (N, D)
+        x = dec.embed(tokens) + self._positions(cache)  # (N, D) fp32: the residual stream
         self_mask = cache.self_mask()  # (N, 1, 1, P+1) or None: rows that joined later see only their own
         cross_mask, has_key = cache.cross_mask, cache.has_source  # (n, 1, 1, S), (n, 1, 1, 1) or None
         if has_key is not None:
             cross_mask = cross_mask | ~has_key  # a source with no token is attended everywhere, then zeroed
         for i, p in enumerate(self.layers):
             h = self._norm(x, p.sa_norm) if self.norm_first else x
-            qkv = torch.addmm(p.qkv_b, h, p.qkv_w).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
+            qkv = p.qkv(h).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
             k, v = cache.append(i, qkv[:, 1], qkv[:, 2])  # (N, H, P+1, Dh)
             y = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, D)  # causal: one query
-            x = x + torch.addmm(p.sa_out_b, y, p.sa_out_w)
+            x = x + p.sa_out(y)
             x = x if self.norm_first else self._norm(x, p.sa_norm)
 
             h = self._norm(x, p.ca_norm) if self.norm_first else x
-            q = cache.grouped(torch.addmm(p.q_b, h, p.q_w).view(N, H, 1, D // H))  # (n, H, group, Dh)
+            q = cache.grouped(p.q(h).view(N, H, 1, D // H))  # (n, H, group, Dh)
             y = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], attn_mask=cross_mask)
             if has_key is not None:
                 y = y * has_key  # a source with no token attends to nothing: zeros
-            x = x + torch.addmm(p.ca_out_b, cache.ungrouped(y).reshape(N, D), p.ca_out_w)
+            x = x + p.ca_out(cache.ungrouped(y).reshape(N, D))
             x = x if self.norm_first else self._norm(x, p.ca_norm)
 
             h = self._norm(x, p.ff_norm) if self.norm_first else x
-            x = x + torch.addmm(p.b2, torch.relu(torch.addmm(p.b1, h, p.w1)), p.w2)
+            x = x + p.ff2(torch.relu(p.ff1(h)))
             x = x if self.norm_first else self._norm(x, p.ff_norm)
         cache.advance(1)
         if self.final_norm is not None:
             x = self._norm(x, self.final_norm)
-        logits = x @ self.out_w  # (N, V)
-        return logits if self.model.copy is None else self.model.copy(x[:, None], logits[:, None], cache)[:, 0]
+        logits = self.output(x)  # (N, V)
+        if self.model.copy is None:
+            return logits
+        return self.model.copy(x[:, None], logits.float()[:, None], cache)[:, 0]
 
 
 def _check_supported(model) -> None:

@@ -211,12 +211,12 @@ class Transformer(PretrainedModel):
         out = self.decode(tgt_in, self.init_cache(enc, capacity=tgt_in.shape[1]), need_weights=True)
         return AttentionWeights(enc.attentions, out.self_attentions, out.cross_attentions)
 
-    def fast_decoder(self) -> FastDecoder:
-        """An inference-only view with faster steps (`aiayn.models.fast_decoder`); rebuild it after
-        the weights change."""
+    def fast_decoder(self, precision: str = "fp32") -> FastDecoder:
+        """An inference-only view with faster steps (`aiayn.models.fast_decoder`), in fp32, bf16 or
+        int8; rebuild it after the weights change."""
         from aiayn.models.fast_decoder import FastDecoder
 
-        return FastDecoder(self)
+        return FastDecoder(self, precision)
 
 
 def count_parameters(cfg: TransformerConfig) -> int:

@@ -32,7 +32,7 @@ from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 CONFIG_NAME = "config.toml"
 
 
@@ -92,7 +92,7 @@ class RunConfig:
     max_minutes: float = 0.0  # wall-clock training budget across resumes; 0 = no limit
     schedule: str = "noam"  # a name in aiayn.training.schedule.SCHEDULES
     cooldown: float = 0.0  # final fraction of the budget over which the lr falls linearly to 0; 0 = off (the paper)
-    precision: str = "fp32"  # "fp32" | "bf16" (autocast, CPU or CUDA) | "fp16" (CUDA, loss scaling)
+    precision: str = "fp32"  # "fp32" | "bf16" (autocast, CPU or CUDA) | "fp16" (CUDA, loss scaling) | "auto" (bf16 where native)
     seed: int = 1
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N"
     num_threads: int = 0  # torch intra-op threads; 0 = torch's default

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from aiayn.config import OptimConfig
+from aiayn.runtime import cpu_flags, native_bf16, resolve_precision
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
 from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects
@@ -91,6 +92,7 @@ class Trainer:
         self.run_dir, self.train_data, self.valid_data = Path(run_dir), train_data, valid_data
         self.lr_at, self.progress = lr_at, progress if dist.is_main else None
         self.device = next(model.parameters()).device
+        self.precision = resolve_precision(self.run.precision, self.device)  # "auto" -> bf16 where native
         self.ckpt_root = self.run_dir / ckpt.CHECKPOINT_DIR
         self.ddp = self._wrap_ddp(model) if dist.enabled else None
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps,
@@ -112,27 +114,23 @@ class Trainer:
         return DistributedDataParallel(model, device_ids=ids)
 
     def _make_scaler(self):
-        if self.run.precision != "fp16":
+        if self.precision != "fp16":
             return None
         if self.device.type != "cuda":
             raise ValueError("train.precision = 'fp16' needs a CUDA device; use 'bf16' on CPU")
         return torch.amp.GradScaler("cuda")
 
     def _warn_slow_bf16(self) -> None:
-        if self.run.precision != "bf16" or self.device.type != "cpu":
+        if self.precision != "bf16" or self.device.type != "cpu" or not cpu_flags():
             return
-        try:
-            flags = open("/proc/cpuinfo").read()
-        except OSError:
-            return
-        if "avx512_bf16" not in flags and "amx_bf16" not in flags:
+        if not native_bf16(self.device):
             log.warning("train.precision = 'bf16' on a CPU without avx512_bf16/amx_bf16: bf16 matmuls are "
                         "emulated and much slower than fp32 here; consider train.precision = 'fp32'")
 
     def _autocast(self):
-        if self.run.precision == "fp32":
+        if self.precision == "fp32":
             return contextlib.nullcontext()
-        dtype = torch.bfloat16 if self.run.precision == "bf16" else torch.float16
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
         return torch.autocast(self.device.type, dtype=dtype)
 
     def _set_lr(self) -> None:
