@@ -64,3 +64,16 @@ def test_reorder_in_place_swaps_with_its_own_spare_buffers():
     c.reorder_(rows)
     assert c.self_k[0] is first  # back in the first buffer: no allocation per step
     torch.testing.assert_close(c.self_k[0][:, :, :2], expected[:, :, :2])
+
+
+@pytest.mark.parametrize("rows", [[0, 1, 2, 3, 4, 5], [0, 0, 2, 3, 4, 5], [1, 0, 2, 3, 5, 5], [5, 4, 3, 2, 1, 0],
+                                  [0, 0, 0, 1, 1, 1]])
+def test_reorder_in_place_equals_a_gather(rows):
+    """Few rows moving (gathered and written back in place), many (a full copy) or none: the same
+    result as indexing, keys and values, including rows that are read and written in one call."""
+    c = decoded(decoded(cache(1, 3), 1).reorder(torch.zeros(6, dtype=torch.long)), 2)  # 1 source, 6 beams
+    assert not torch.equal(c.self_k[0][0, :, :3], c.self_k[0][1, :, :3])  # the rows differ
+    rows = torch.tensor(rows)
+    expected = [c.self_k[0][:, :, :3][rows].clone(), c.self_v[0][:, :, :3][rows].clone()]
+    c.reorder_(rows)
+    torch.testing.assert_close([c.self_k[0][:, :, :3], c.self_v[0][:, :, :3]], expected)
