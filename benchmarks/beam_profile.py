@@ -32,7 +32,7 @@ from aiayn.decoding import beam_search, for_inference
 from decode_speed import BEAM, OUT_LEN, build_model, sources
 
 KINDS = {  # kind -> substrings of the ATen op names it takes (first match wins, in this order)
-    "matmul": ("addmm", "aten::mm", "bmm", "matmul", "linear", "scaled_dot_product", "baddbmm"),
+    "matmul": ("addmm", "aten::mm", "bmm", "matmul", "linear", "scaled_dot_product", "baddbmm", "_int_mm"),
     "softmax": ("softmax",),
     "topk": ("topk", "sort"),
     "cache": ("index_select", "gather", "copy_", "aten::cat", "index_put", "index_copy", "scatter"),
@@ -44,8 +44,9 @@ def kind_of(name: str) -> str:
     return next((kind for kind, keys in KINDS.items() if any(k in name for k in keys)), "other")
 
 
-def profile_beam(decoder, src: torch.Tensor, runs: int) -> dict[str, float]:
-    """Milliseconds per decoding step of each kind (the mean over `runs` searches, after one warm-up)."""
+def profile_beam(decoder, src: torch.Tensor, runs: int) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Milliseconds per decoding step of each kind (the mean over `runs` searches, after one warm-up),
+    and of each op, most first."""
     cfg = DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=OUT_LEN)
     search = lambda: beam_search(decoder, src, cfg, min_len=OUT_LEN)  # noqa: E731
     with torch.inference_mode():
@@ -56,11 +57,12 @@ def profile_beam(decoder, src: torch.Tensor, runs: int) -> dict[str, float]:
                 search()
             wall_ms = (time.perf_counter() - start) * 1e3
     per_kind: dict[str, float] = defaultdict(float)
-    for event in prof.key_averages():
-        per_kind[kind_of(event.key)] += event.self_cpu_time_total / 1e3  # us -> ms
-    per_kind["python"] = max(0.0, wall_ms - sum(per_kind.values()))
     steps = runs * OUT_LEN
-    return {kind: per_kind.get(kind, 0.0) / steps for kind in ORDER}
+    ops = sorted(((e.key, e.self_cpu_time_total / 1e3 / steps) for e in prof.key_averages()), key=lambda o: -o[1])
+    for name, ms in ops:
+        per_kind[kind_of(name)] += ms
+    per_kind["python"] = max(0.0, wall_ms / steps - sum(per_kind.values()))
+    return {kind: per_kind.get(kind, 0.0) for kind in ORDER}, ops
 
 
 def main(argv=None) -> int:
@@ -70,11 +72,15 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--preset", default="small", help="model preset (default: small; tiny for a smoke test)")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"], help="the decoder's arithmetic")
+    p.add_argument("--top", type=int, default=0, help="also print the N ops with the most self time")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    decoder = for_inference(build_model(args.preset))
-    rows = {b: profile_beam(decoder, sources(b), args.runs) for b in args.batch}
-    print(f"beam {BEAM}, {OUT_LEN} steps, {args.preset} preset, {args.threads} threads: ms per step (share)")
+    decoder = for_inference(build_model(args.preset), args.precision)
+    profiles = {b: profile_beam(decoder, sources(b), args.runs) for b in args.batch}
+    rows = {b: kinds for b, (kinds, _) in profiles.items()}
+    print(f"beam {BEAM}, {OUT_LEN} steps, {args.preset} preset, {args.precision}, {args.threads} threads: "
+          "ms per step (share)")
     print(f"{'kind':<10}" + "".join(f"{'batch ' + str(b):>20}" for b in args.batch))
     for kind in (*ORDER, "total"):
         cells = []
@@ -83,6 +89,10 @@ def main(argv=None) -> int:
             value = total if kind == "total" else rows[b][kind]
             cells.append(f"{value:>11.3f} ({100 * value / total:>4.1f}%)")
         print(f"{kind:<10}" + "".join(f"{c:>20}" for c in cells))
+    for b, (_, ops) in profiles.items():
+        if args.top:
+            print(f"\nbatch {b}, the {args.top} ops with the most self time (ms per step):")
+            print("\n".join(f"  {ms:8.3f}  {name}" for name, ms in ops[: args.top]))
     if args.json:
         print(json.dumps({"beam": BEAM, "steps": OUT_LEN, "preset": args.preset, "threads": args.threads,
                           "ms_per_step": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}}))

@@ -17,8 +17,10 @@ dynamically quantized activations (`aiayn.modules.quantized`). A second table pr
 as the Annotated Transformer's greedy_decode does, with a plain beam search on top.
 
 Timings are the median of --runs runs after one warm-up, with torch.set_num_threads(2)
-and CTranslate2 intra_threads 2 (--threads). Runs of the peers are interleaved, so load
-changes on a shared machine hit all alike; absolute numbers are still noisy there.
+and CTranslate2 intra_threads 2 (--threads). Each peer runs in a process of its own (`Peers`:
+in one process, CTranslate2's OpenMP runtime slowed aiayn's batch-1 decoding by a third), one
+at a time, and their runs are interleaved, so load changes on a shared machine hit all alike;
+absolute numbers are still noisy there.
 
     .venv/bin/python benchmarks/decode_speed.py [--json] [--runs 3] [--batch 1 32]
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import sys
 import tempfile
@@ -174,61 +177,106 @@ def _id(piece: str) -> int:
     return {"<blank>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}.get(piece) or int(piece[1:])
 
 
-# -- timing ------------------------------------------------------------------------------------
-def interleaved_tokens_per_second(fns: dict, runs: int, device: str = "cpu") -> tuple[dict, dict]:
-    """Median tokens/s of each fn. Runs are interleaved (peer order rotating every round) so
-    that load changes on a shared machine hit every peer alike. Returns (speeds, outputs)."""
-    outs = {name: fn() for name, fn in fns.items()}  # warm-up, and the outputs to compare
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
+# -- one process per peer, timed in turn ---------------------------------------------------------
+def make_peer(name: str, model: Transformer, tmp: Path, threads: int, module_step: bool = False,
+              device: str = "cpu"):
+    """The decode function (src, beam) -> 1-best token lists of peer `name`; ValueError says why it
+    cannot run here."""
+    if name == "ours":
+        decoder = model if module_step else for_inference(model)  # built once, as a Translator does
+        return lambda src, beam: ours(decoder, src, beam)
+    if name == "textbook":
+        return lambda src, beam: textbook(model, src, beam)
+    if name in ("ours_bf16", "ours_int8"):
+        precision = name.split("_")[1]
+        if precision == "bf16" and not native_bf16(device):
+            raise ValueError(f"skipped: this {device} has no native bf16 matmuls (avx512_bf16 or AMX)")
+        if precision == "int8" and device != "cpu":
+            raise ValueError("int8 decoding runs on the CPU")
+        low = for_inference(model, precision)
+        return lambda src, beam: ours(low, src, beam)
+    if name == "hf":
+        hf = marian_from_ours(model).to(device)
+        return lambda src, beam: hf_generate(hf, src, beam)
+    if device != "cpu":
+        raise ValueError("run on the CPU only here")
+    import ctranslate2
+
+    quant = None if name == "ct2_fp32" else "int8"
+    path = ct2_convert(model, tmp / name, quant)
+    tr = ctranslate2.Translator(str(path), device="cpu", compute_type="float32" if quant is None else "int8",
+                                intra_threads=threads, inter_threads=1)
+    return lambda src, beam: ct2_translate(tr, src, beam)
+
+
+def _serve_peer(conn, name: str, options: dict) -> None:
+    """A peer's process: build the model and the peer, then time one decode per request
+    (beam, batch) -> (seconds, 1-best tokens), until None."""
+    torch.set_num_threads(options["threads"])
+    model = build_model(options["preset"], options["vocab"]).to(options["device"])
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            fn = make_peer(name, model, Path(tmp), options["threads"], options["module_step"], options["device"])
+        except Exception as e:  # not installed, an API change, or not on this machine: n/a
+            conn.send(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
+            return
+        conn.send(None)
+        while (request := conn.recv()) is not None:
+            beam, batch = request
+            src = sources(batch, options["vocab"]).to(options["device"])
+            _sync(options["device"])
+            t0 = time.perf_counter()
+            out = fn(src, beam)
+            _sync(options["device"])
+            conn.send((time.perf_counter() - t0, out))
+
+
+def _sync(device: str) -> None:
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
+class Peers:
+    """One process per peer, so that no peer's thread pools or allocator state slow another (in one
+    process, CTranslate2's own OpenMP runtime beside torch's slowed aiayn's batch-1 decoding by a
+    third for as long as the process lived). Only one peer runs at a time."""
+
+    def __init__(self, names: Sequence[str], options: dict):
+        ctx = multiprocessing.get_context("spawn")
+        self.conns, self.procs = {}, []
+        for name in names:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve_peer, args=(child, name, options), daemon=True)
+            proc.start()
+            self.conns[name], self.procs = parent, self.procs + [proc]
+        for name, conn in list(self.conns.items()):
+            why = conn.recv()
+            if why is not None:
+                print(f"{name}: n/a ({why})", file=sys.stderr)
+                del self.conns[name]
+
+    def run(self, name: str, beam: int, batch: int) -> tuple[float, list[list[int]]]:
+        self.conns[name].send((beam, batch))
+        return self.conns[name].recv()
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.send(None)
+        for proc in self.procs:
+            proc.join(timeout=10)
+
+
+def interleaved_tokens_per_second(peers: Peers, beam: int, batch: int, runs: int) -> tuple[dict, dict]:
+    """Median tokens/s of each peer. Runs are interleaved (peer order rotating every round) so that
+    load changes on a shared machine hit every peer alike. Returns (speeds, outputs)."""
+    names = list(peers.conns)
+    outs = {name: peers.run(name, beam, batch)[1] for name in names}  # warm-up, and the outputs to compare
+    times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(runs):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            if device != "cpu":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fns[name]()
-            if device != "cpu":
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - t0)
-    speeds = {name: sum(len(row) for row in outs[name]) / statistics.median(times[name]) for name in fns}
+            times[name].append(peers.run(name, beam, batch)[0])
+    speeds = {name: sum(len(row) for row in outs[name]) / statistics.median(times[name]) for name in names}
     return speeds, outs
-
-
-def make_peers(model: Transformer, tmp: Path, threads: int, module_step: bool = False, device: str = "cpu",
-               skip: Sequence[str] = ()) -> dict:
-    decoder = model if module_step else for_inference(model)  # built once, as a Translator does
-    peers = {"ours": lambda src, beam: ours(decoder, src, beam),
-             "textbook": lambda src, beam: textbook(model, src, beam)}
-    for name, precision in (("ours_bf16", "bf16"), ("ours_int8", "int8")):
-        if name in skip or module_step:
-            continue
-        if precision == "bf16" and not native_bf16(device):
-            print(f"{name}: skipped: this {device} has no native bf16 matmuls (avx512_bf16 or AMX)", file=sys.stderr)
-            continue
-        if precision == "int8" and device != "cpu":
-            print(f"{name}: n/a (int8 decoding runs on the CPU)", file=sys.stderr)
-            continue
-        low = for_inference(model, precision)
-        peers[name] = lambda src, beam, low=low: ours(low, src, beam)
-    try:
-        hf = marian_from_ours(model).to(device)
-        peers["hf"] = lambda src, beam: hf_generate(hf, src, beam)
-    except Exception as e:  # not installed, or an API change: report n/a
-        print(f"hf: n/a ({type(e).__name__}: {e})", file=sys.stderr)
-    for name, quant in (("ct2_fp32", None), ("ct2_int8", "int8")):
-        if device != "cpu":
-            print(f"{name}: n/a (run on the CPU only here)", file=sys.stderr)
-            continue
-        try:
-            import ctranslate2
-
-            path = ct2_convert(model, tmp / name, quant)
-            tr = ctranslate2.Translator(str(path), device="cpu", compute_type="float32" if quant is None else "int8",
-                                        intra_threads=threads, inter_threads=1)
-            peers[name] = lambda src, beam, tr=tr: ct2_translate(tr, src, beam)
-        except Exception as e:
-            print(f"{name}: n/a ({type(e).__name__}: {e})", file=sys.stderr)
-    return peers
 
 
 def main(argv=None) -> int:
@@ -244,24 +292,24 @@ def main(argv=None) -> int:
     p.add_argument("--module-step", action="store_true",
                    help="ours with the model's own step instead of its FastDecoder (models/fast_decoder.py)")
     args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model = build_model(args.preset, args.vocab).to(args.device)
+    options = {"threads": args.threads, "preset": args.preset, "vocab": args.vocab, "device": args.device,
+               "module_step": args.module_step}
     rows, checks = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        peers = {k: v for k, v in make_peers(model, Path(tmp), args.threads, args.module_step, args.device,
-                                             args.skip).items() if k not in args.skip}
+    names = [n for n in PEERS if n not in args.skip and not (args.module_step and n.startswith("ours_"))]
+    peers = Peers(names, options)
+    try:
         print_header()
         for strategy, beam in STRATEGIES.items():
             for batch in args.batch:
-                src = sources(batch, args.vocab).to(args.device)
-                fns = {name: (lambda fn=fn: fn(src, beam)) for name, fn in peers.items()}
-                speeds, outs = interleaved_tokens_per_second(fns, args.runs, args.device)
+                speeds, outs = interleaved_tokens_per_second(peers, beam, batch, args.runs)
                 row = {"strategy": strategy, "batch": batch, **{name: speeds.get(name) for name in PEERS}}
                 row.update({f"{a}/{b}": (row[a] / row[b] if row[a] and row[b] else None) for a, b in RATIOS})
                 rows.append(row)
                 if "ours" in outs:
                     checks.append((strategy, batch, {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}))
                 print_row(row)
+    finally:
+        peers.close()
     print_ratios(rows)
     print("same 1-best tokens as ours: " + "; ".join(
         f"{s} b{b}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in c.items()) for s, b, c in checks))

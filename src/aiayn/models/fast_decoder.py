@@ -5,7 +5,7 @@ time goes to per-op overhead and to the weight layout: a (1, D) x (D, out) produ
 the weight stored (D, out) contiguous runs faster on CPU BLAS than `F.linear`'s transposed
 (out, D) weight. `FastDecoder` therefore keeps transposed, contiguous copies of the decoder
 weights and runs the step as plain `torch.addmm` / `layer_norm` /
-`scaled_dot_product_attention` calls on 2-D (N, D) activations, without module calls,
+attention calls on 2-D (N, D) activations, without module calls,
 dropout no-ops, mask building or host syncs (the cross-attention masks are built once per
 source, in the `KVCache`). The math is that of `aiayn.modules.layers.DecoderLayer` (post- or
 pre-norm, ReLU FFN); it reads and extends the same `KVCache`, and the tests check its
@@ -72,6 +72,23 @@ def _linear(weight: Tensor, bias: Tensor, precision: str) -> Linear:
     if precision == "bf16":
         return lambda x: torch.addmm(b, x.to(dtype), wt)
     return lambda x: torch.addmm(b, x, wt)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """softmax(q k^T / sqrt(Dh)) v, mask True = may attend: q (n, H, Tq, Dh), k and v (n, H, Tk, Dh).
+    From 32 (source, head) pairs on, as two batched matmuls: torch's fused CPU kernel (flash
+    attention, built for long queries) spent 3x as long on a step's few queries per source
+    (`benchmarks/beam_profile.py --top`); below that, the fused kernel's one call is faster."""
+    n, H, Tq, Dh = q.shape
+    if n * H < 32 or q.device.type != "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    Tk = k.shape[2]
+    k3, v3 = k.reshape(n * H, Tk, Dh), v.reshape(n * H, Tk, Dh)  # views, also of the cache's buffer slices
+    scores = torch.bmm(q.reshape(n * H, Tq, Dh), k3.transpose(1, 2)).mul_(Dh ** -0.5)  # (nH, Tq, Tk)
+    if mask is not None:
+        scores = scores.view(n, H, Tq, Tk).masked_fill(~mask, float("-inf")).view(n * H, Tq, Tk)
+    probs = torch.softmax(scores, -1, dtype=torch.float32).to(v.dtype)
+    return torch.bmm(probs, v3).view(n, H, Tq, Dh)
 
 
 def _layer(layer, precision: str) -> _Layer:
@@ -205,13 +222,13 @@ class FastDecoder:
             h = self._norm(x, p.sa_norm) if self.norm_first else x
             qkv = p.qkv(h).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
             k, v = cache.append(i, qkv[:, 1], qkv[:, 2])  # (N, H, P+1, Dh)
-            y = F.scaled_dot_product_attention(qkv[:, 0], k, v, attn_mask=self_mask).view(N, D)  # causal: one query
+            y = _attend(qkv[:, 0], k, v, self_mask).reshape(N, D)  # causal: one query
             x = x + p.sa_out(y)
             x = x if self.norm_first else self._norm(x, p.sa_norm)
 
             h = self._norm(x, p.ca_norm) if self.norm_first else x
             q = cache.grouped(p.q(h).view(N, H, 1, D // H))  # (n, H, group, Dh)
-            y = F.scaled_dot_product_attention(q, cache.cross_k[i], cache.cross_v[i], attn_mask=cross_mask)
+            y = _attend(q, cache.cross_k[i], cache.cross_v[i], cross_mask)
             if has_key is not None:
                 y = y * has_key  # a source with no token attends to nothing: zeros
             x = x + p.ca_out(cache.ungrouped(y).reshape(N, D))

@@ -1,37 +1,31 @@
 """int8 linear layers for inference: int8 weights, activations quantized to int8 at every call.
 
-`Int8Linear` runs torch's fused x86 kernel for dynamically quantized linear layers
-(`torch.ops.quantized.linear_dynamic`, FBGEMM; the kernel behind `torch.ao`'s dynamic
-quantization): one call quantizes the input per tensor (scale from its range), multiplies
-int8 x int8 into int32 with VNNI where the CPU has it, and dequantizes with the bias added.
-Weights are quantized per output channel, symmetric: w ≈ scale[o] · q[o, i], q in [-127, 127].
+Weights are quantized once per output channel and activations at every call per row, both
+symmetric: w ≈ sw[o] · qw[o, i] and x ≈ sx[r] · qx[r, i], with q in [-127, 127] and the scale
+max|·| / 127. The int8 x int8 product runs in `torch._int_mm` (int32 accumulation, VNNI where
+the CPU has it), and the result is rescaled by sx[r] · sw[o] with the bias added in fp32.
 
-Why this kernel (`benchmarks/int8_matmul.py` prints the comparison): on the shapes of a
-decoding step it was the fastest of the candidates measured, 1.3-2x ahead of `torch._int_mm`
-with the quantize/dequantize ops written around it (what torchao's dynamic int8 recipe
-computes), and weight-only int8 (`torch._weight_int8pack_mm`) was slower than fp32 at
-batch rows >= 4. It needs no dependency beyond torch. Creating the quantized weight tensor
-goes through torch's quantized-tensor API, which torch has marked deprecated; the warning
-is silenced here, and the module doc of `benchmarks/int8_matmul.py` names the fallback.
-
-On CPUs without VNNI (AVX2 only), FBGEMM's int8 products sum pairs into 16 bits and can
-saturate; `reduce_range` (7-bit activations, torch.ao's default there) avoids it.
+Per row, as CTranslate2 and torchao's dynamic int8 do: a row's result depends on that row
+alone, so a sentence decodes the same whatever else shares its batch (continuous batching's
+promise). FBGEMM's fused dynamic linear (`torch.ops.quantized.linear_dynamic`, what
+`torch.ao`'s dynamic quantization runs) was 1.3-2x faster per call but quantizes the whole
+batch with one scale, so one sentence's outputs would change with its neighbours;
+weight-only int8 (`torch._weight_int8pack_mm`) was slower than fp32 from 4 rows on.
+`benchmarks/int8_matmul.py` prints the comparison.
 
 Shape: (..., in) -> (..., out), float32 in and out.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 from torch import Tensor, nn
 
-from aiayn.runtime import cpu_flags
 
-
-def _has_vnni() -> bool:
-    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags())
+def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
+    """(M, K) float -> (int8 codes (M, K), scales (M, 1)): symmetric, one scale per row."""
+    scale = t.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (M, 1)
+    return torch.round(t / scale).to(torch.int8), scale
 
 
 class Int8Linear(nn.Module):
@@ -39,32 +33,27 @@ class Int8Linear(nn.Module):
 
     def __init__(self, weight: Tensor, bias: Tensor | None):
         super().__init__()
-        weight = weight.detach().float().cpu()
+        weight = weight.detach().float()
         self.out_features, self.in_features = weight.shape
-        scale = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12)  # (out,)
-        q = torch.clamp(torch.round(weight / scale[:, None]), -127, 127)  # (out, in)
-        self.register_buffer("scale", scale)
-        self.register_buffer("qweight", q.to(torch.int8))
-        bias = None if bias is None else bias.detach().float().cpu()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the quantized-tensor API's deprecation notice (module doc)
-            qw = torch._make_per_channel_quantized_tensor(self.qweight, scale.double(),
-                                                          torch.zeros(self.out_features, dtype=torch.long), 0)
-            self._packed = torch.ops.quantized.linear_prepack(qw, bias)
-        self.reduce_range = not _has_vnni()
+        q, scale = quantize_rows(weight)  # (out, in), (out, 1)
+        self.register_buffer("qweight_t", q.t().contiguous())  # (in, out): the layout _int_mm reads
+        self.register_buffer("scale", scale.view(-1))  # (out,)
+        bias = torch.zeros(self.out_features) if bias is None else bias.detach().float()
+        self.register_buffer("bias", bias.to(weight.device))
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
         return cls(linear.weight, linear.bias)
 
     def dequantized_weight(self) -> Tensor:
-        """(out, in) float32: the weight this layer multiplies by, scale · q (the reference in tests)."""
-        return self.qweight.float() * self.scale[:, None]
+        """(out, in) float32: the weight this layer multiplies by, sw · qw (the reference in tests)."""
+        return self.qweight_t.t().float() * self.scale[:, None]
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
-        y = torch.ops.quantized.linear_dynamic(x.reshape(-1, self.in_features), self._packed, self.reduce_range)
-        return y.view(*lead, self.out_features)
+        qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
+        y = torch.mul(torch._int_mm(qx, self.qweight_t), self.scale)  # (M, out): int32 read, float written
+        return torch.addcmul(self.bias, y, sx, out=y).view(*lead, self.out_features)  # in place: no third buffer
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
