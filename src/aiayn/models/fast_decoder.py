@@ -185,7 +185,10 @@ class FastDecoder:
 
     def start(self, src: Tensor, capacity: int = 64) -> KVCache:
         with self._autocast():
-            return self.model.start(src, capacity)
+            cache = self.model.start(src, capacity)
+        cache.cross_k = [k.contiguous() for k in cache.cross_k]  # (n, H, S, Dh): read as (n·H, S, Dh) views
+        cache.cross_v = [v.contiguous() for v in cache.cross_v]
+        return cache
 
     @property
     def max_output_length(self) -> int | None:

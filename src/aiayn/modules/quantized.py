@@ -53,7 +53,7 @@ class Int8Linear(nn.Module):
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
         y = torch.mul(torch._int_mm(qx, self.qweight_t), self.scale)  # (M, out): int32 read, float written
-        return torch.addcmul(self.bias, y, sx, out=y).view(*lead, self.out_features)  # in place: no third buffer
+        return y.mul_(sx).add_(self.bias).view(*lead, self.out_features)  # in place: no third buffer
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
