@@ -259,3 +259,21 @@ def test_evaluate_a_hypothesis_file_refuses_decoding_flags(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--beam-size --src: for --model" in err and "Traceback" not in err
     assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--device", "cpu"]) == 0  # --device has a default
+
+
+@pytest.mark.parametrize("flags, options", [(["--quantize", "int8"], {"quantize": "int8"}),
+                                            (["--precision", "bf16"], {"precision": "bf16"})])
+def test_quantize_and_precision_flags_reach_the_translator(model_dir, monkeypatch, capsys, flags, options):
+    with_stdin(monkeypatch, "\n".join(LINES) + "\n")
+    assert main(["translate", str(model_dir), *FAST, *flags]) == 0
+    out = capsys.readouterr().out.split("\n")[:-1]
+    translator = Translator.from_pretrained(model_dir, **options)
+    assert translator.decoder.precision == (options.get("quantize") or options["precision"])
+    assert out == translator.translate(LINES, beam_size=2, max_len_b=4)
+
+
+def test_evaluate_a_hypothesis_file_refuses_precision_flags(tmp_path, capsys):
+    ref = tmp_path / "ref"
+    ref.write_text("a b c\n")
+    assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--quantize", "int8"]) == 2
+    assert "--quantize: for --model" in capsys.readouterr().err

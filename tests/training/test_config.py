@@ -114,3 +114,16 @@ def test_keys_renamed_by_the_per_task_settings_still_load_with_a_warning(caplog)
     assert "data.format no longer applies" in caplog.text and "format" not in cfg.to_dict()["data"]
     with pytest.raises(ConfigError, match="data.max_source_length was renamed data.max_input_tokens; give only"):
         load_config(None, ["train.max_updates=1", "data.max_source_length=5", "data.max_input_tokens=5"])
+
+
+def test_precision_auto_is_bf16_exactly_where_the_device_multiplies_bf16_natively(monkeypatch):
+    from aiayn import runtime
+
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "avx512f", "avx512_bf16"}))
+    assert runtime.native_bf16("cpu") and runtime.resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "amx_bf16"}))
+    assert runtime.resolve_precision("auto", "cpu") == "bf16"
+    monkeypatch.setattr(runtime, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert not runtime.native_bf16("cpu") and runtime.resolve_precision("auto", "cpu") == "fp32"
+    assert runtime.resolve_precision("fp16", "cpu") == "fp16"  # others pass through
+    assert RunConfig(precision="auto", max_updates=1).precision == "auto"

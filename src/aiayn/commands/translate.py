@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from aiayn.config import DECODE_METHODS, DecodeConfig, SamplingConfig
-from aiayn.runtime import DEVICES_HELP
+from aiayn.runtime import DEVICES_HELP, PRECISION_CHOICES
 from aiayn.training.config import RunConfig
 
 HELP = "translate text with a trained model directory (stdin to stdout, or --input/--output files)"
@@ -38,11 +38,23 @@ def add_decode_arguments(p) -> None:
     g.add_argument("--max-input-tokens", type=int,
                    help="longer sources are truncated with a warning (default: the model's max_positions)")
     g.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+    add_precision_arguments(g)
+
+
+def add_precision_arguments(g) -> None:
+    """How the decoder multiplies: shared with `aiayn serve`."""
+    g.add_argument("--precision", choices=PRECISION_CHOICES,
+                   help="decoder arithmetic: fp32 (the model's own), bf16, or auto (bf16 where the CPU or GPU has "
+                        "native bf16, else fp32) (default: fp32)")
+    g.add_argument("--quantize", choices=["int8"],
+                   help="int8 weights and dynamically quantized activations in the decoder and encoder (CPU); "
+                        "with --backend ctranslate2, CTranslate2's int8 (default: off)")
 
 
 def pipeline_options(args) -> dict:
     """How the pipeline is built: the flags that change how sources are read and batched."""
-    return {"max_input_tokens": args.max_input_tokens, "batch_tokens": args.batch_tokens}
+    return {"max_input_tokens": args.max_input_tokens, "batch_tokens": args.batch_tokens,
+            "precision": args.precision, "quantize": args.quantize}
 
 
 def translate_kwargs(args) -> dict:

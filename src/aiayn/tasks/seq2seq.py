@@ -344,12 +344,20 @@ def load_backend(backend: str, model_dir: str | Path, device, info: dict, option
     if backend == "ctranslate2":
         from aiayn.export.ct2_translator import CT2Translator
 
-        return CT2Translator.from_pretrained(model_dir, device=device, **options)
+        return CT2Translator.from_pretrained(model_dir, device=device, **ct2_compute_type(options))
     if (Path(model_dir) / MANIFEST).is_file():
         raise ValueError(f"{model_dir}: a CTranslate2 export ({MANIFEST}); serve it with --backend ctranslate2")
     from aiayn.decoding.translator import Translator
 
     return Translator.from_pretrained(model_dir, device=device, **options)
+
+
+def ct2_compute_type(options: dict) -> dict:
+    """`precision`/`quantize` as CTranslate2's compute_type: int8, bfloat16, or the export's own."""
+    precision, quantize = options.pop("precision", None), options.pop("quantize", None)
+    if quantize:
+        return {**options, "compute_type": quantize}
+    return {**options, "compute_type": {"bf16": "bfloat16", "fp32": "float32"}.get(precision, "default")}
 
 
 def cross_attention(translator, source: str, output: str, decode) -> dict:

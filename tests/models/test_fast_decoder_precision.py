@@ -1,0 +1,144 @@
+"""FastDecoder's other paths: the batched attention of many rows, and decoding in int8 and bf16.
+
+int8 is checked against its own dequantized reference: the same FastDecoder with every int8 linear
+layer replaced by fp32 arithmetic on its dequantized weights (`Int8Linear.dequantized_weight`),
+so the only difference left is the per-row quantization of the activations. A learning check then
+decodes a trained copy-task model: a broken int8 path (all <unk>, say) cannot match fp32 there."""
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aiayn.config import DecodeConfig, TransformerConfig
+from aiayn.decoding import beam_search, for_inference, greedy_search
+from aiayn.models import Transformer
+from aiayn.models.fast_decoder import FastDecoder
+from aiayn.modules.cache import concat
+from aiayn.modules.quantized import Int8Linear
+from copy_task import _batch, train_and_copy
+
+V = 24
+
+
+def tiny(**overrides) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(TransformerConfig.preset("tiny", src_vocab_size=V, **overrides)).eval()
+
+
+def sources(n: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (n, 7), generator=g)
+    src[1, 4:] = 0
+    src[2, :] = 0  # no source token at all: zeros from cross-attention, no NaN
+    return src
+
+
+@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"copy_attention": True}])
+@torch.inference_mode()
+def test_many_rows_take_the_batched_attention_path_and_equal_the_model(overrides):
+    """20 sentences x 4 beams (160 row-heads, 40 source-heads: `_attend`'s bmm path) step as the
+    model does, through a beam reorder and a join of new rows at other positions (continuous batching)."""
+    model, src, K = tiny(**overrides), sources(20), 4
+    fast = model.fast_decoder()
+    rows = torch.arange(20).repeat_interleave(K)
+    refs, got = [model.start(src).reorder(rows)], fast.start(src).reorder(rows)
+    tgts = [torch.randint(4, V, (20 * K, 6))]
+    for t in range(6):
+        out = fast.step(torch.cat([tgt[:, t - 3 * i] for i, tgt in enumerate(tgts)]), got)
+        want = torch.cat([model.step(tgt[:, t - 3 * i], ref) for i, (tgt, ref) in enumerate(zip(tgts, refs))])
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        if t == 1:
+            moved = torch.arange(20 * K).view(20, K).roll(1, dims=1).reshape(-1)  # every beam moves
+            refs[0].reorder_(moved), got.reorder_(moved)
+        if t == 2:  # 10 new sentences join at position 0 beside rows at position 3: the model steps them apart
+            new = sources(10, seed=1)
+            refs.append(model.start(new))
+            tgts.append(torch.randint(4, V, (10, 3)))
+            got = concat(got, fast.start(new))
+
+
+def dequantized_reference(decoder: FastDecoder) -> FastDecoder:
+    """`decoder` (int8) with each int8 linear layer computed in fp32 on its dequantized weights."""
+    def fp32(linear):
+        q = linear.__self__ if hasattr(linear, "__self__") else linear
+        w, b = q.dequantized_weight(), q.bias
+        return lambda x: F.linear(x, w, b)
+
+    for layer in decoder.layers:
+        for name in ("qkv", "sa_out", "q", "ca_out", "ff1", "ff2"):
+            setattr(layer, name, fp32(getattr(layer, name)))
+    decoder.output.int8 = fp32(decoder.output.int8)
+    for module in list(decoder.model.encoder.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, Int8Linear):
+                setattr(module, name, _Dequantized(child))
+    return decoder
+
+
+class _Dequantized(torch.nn.Module):
+    def __init__(self, q: Int8Linear):
+        super().__init__()
+        self.w, self.b = q.dequantized_weight(), q.bias
+
+    def forward(self, x):
+        return F.linear(x, self.w, self.b)
+
+
+@torch.inference_mode()
+def test_int8_steps_equal_the_dequantized_reference_up_to_the_activation_rounding():
+    model, src = tiny(), sources(5)
+    int8, ref = FastDecoder(model, "int8"), dequantized_reference(FastDecoder(model, "int8"))
+    fp32 = FastDecoder(model)
+    c8, cr, cf = int8.start(src), ref.start(src), fp32.start(src)
+    tokens = torch.randint(4, V, (5,))
+    for _ in range(4):
+        got, want, full = int8.step(tokens, c8), ref.step(tokens, cr), fp32.step(tokens, cf)
+        spread = want.std()
+        assert (got - want).abs().max() < 0.05 * spread  # activations rounded to 1/127 of their range
+        assert (want - full).abs().max() > 0  # the reference really uses the quantized weights
+        assert (got - want).abs().max() > 0  # and the int8 path really quantizes the activations
+        tokens = want.argmax(-1)
+
+
+@torch.inference_mode()
+def test_int8_sentence_decodes_the_same_alone_or_batched():
+    """Activations are quantized per row, so a sentence's beam search does not depend on its batch: the
+    same n-best tokens, scores equal up to fp32 rounding (padding changes the order of some sums)."""
+    model = tiny()
+    decoder = for_inference(model, "int8")
+    src = torch.randint(4, V, (6, 7))
+    cfg = DecodeConfig(beam_size=3, max_len_a=0.0, max_len_b=8, nbest=3)
+    batched = beam_search(decoder, src, cfg)
+    alone = [beam_search(decoder, src[i:i + 1], cfg)[0] for i in range(6)]
+    for b, a in zip(batched, alone):
+        assert [h.tokens for h in b] == [h.tokens for h in a]
+        assert [h.score for h in b] == pytest.approx([h.score for h in a], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_int8_and_bf16_decode_a_trained_copy_model_as_fp32_does():
+    """The learning check: a copy-task model decoded in int8 and bf16 copies as it does in fp32."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=V, dropout=0.0))
+    expected, got = train_and_copy(model, V, steps=300)
+    fp32_right = sum(e == g for e, g in zip(expected, got))
+    assert fp32_right >= 90
+    _, src, _, _ = _batch(random.Random(1), 100, V)
+    reference = greedy_search(for_inference(model), src, 1.0, 2)
+    for precision in ("int8", "bf16"):
+        outs = greedy_search(for_inference(model, precision), src, 1.0, 2)
+        same = sum(a == b for a, b in zip(outs, reference))
+        assert same >= 95, (precision, same)
+
+
+def test_precisions_a_model_cannot_decode_in_are_errors_except_auto():
+    model = tiny()
+    model.decoder.layers[0].ff.__class__ = type("Gelu", (model.decoder.layers[0].ff.__class__,), {})
+    assert for_inference(model, "auto") is model  # no fast decoder: fp32, the model's own step
+    assert for_inference(model) is model
+    with pytest.raises(ValueError, match="cannot decode in int8"):
+        for_inference(model, "int8")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        FastDecoder(tiny(), "fp16")
