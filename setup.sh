@@ -6,7 +6,7 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 # Pin torch first: an open range with no torch installed would pull gigabytes of CUDA wheels.
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,vision,serve,ct2]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,vision,serve,ct2,hf]"
 
 # Debian's packages for two tests: Chromium for the browser test of the serve page
 # (tests/serve/test_browser.py; Playwright drives it through executable_path, so no `playwright install`

@@ -20,6 +20,14 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_IDS = MappingProxyType({"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID})
 
 
+# Feed-forward activations (§3.3 uses ReLU). "gelu" is the exact (erf) GELU of BERT and ViT;
+# "gelu_tanh" its tanh approximation (GPT-2's gelu_new); "silu" is x·sigmoid(x) (Marian's swish).
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+# Sinusoid layouts (§3.5): "interleaved" puts sin and cos of one frequency in dims 2i, 2i+1 (the
+# paper's); "halves" puts every sine first, then every cosine (Marian, CTranslate2, tensor2tensor).
+SINUSOID_LAYOUTS = ("interleaved", "halves")
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
@@ -56,6 +64,10 @@ class TransformerConfig:
     share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
     tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
     layer_norm_eps: float = 1e-5
+    activation: str = "relu"  # the FFN's (§3.3: ReLU); one of ACTIVATIONS
+    logits_bias: bool = False  # a bias (V_tgt,) added to the output logits (Marian's final_logits_bias)
+    sinusoid_layout: str = "interleaved"  # §3.5's; "halves": [sin | cos] (Marian); one of SINUSOID_LAYOUTS
+    scale_embeddings: bool = True  # §3.4: embeddings times sqrt(d_model)
 
     def __post_init__(self) -> None:
         if self.tgt_vocab_size is None:
@@ -88,6 +100,8 @@ class TransformerConfig:
                "copy_attention needs a joint vocabulary (src_vocab_size == tgt_vocab_size): a copied "
                "source id must mean the same target token")
         _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         _check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
                f"both vocabularies must hold the {UNK_ID + 1} special ids")
 
@@ -213,6 +227,11 @@ class SamplingConfig:
                f"top_p must be a finite number in (0, 1], got {self.top_p}")
 
 
+def check_choice(name: str, value: Any, choices: tuple) -> None:
+    """`value` of field `name` is one of `choices`; the error names the field and the choices."""
+    _check(value in choices, f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
 def check_types(cls: type, data: Mapping[str, Any], prefix: str = "") -> None:
     """Each value of `data` must have the type its field of dataclass `cls` declares: ints
     are not floats (10.5 is no update count), bools are true/false only, strings are strings.
@@ -265,5 +284,5 @@ def known_fields(cls: type, data: dict, what: str) -> dict:
 
 __all__ = [
     "PAD_ID", "BOS_ID", "EOS_ID", "UNK_ID", "SPECIAL_IDS", "ConfigError", "SamplingConfig", "TransformerConfig", "OptimConfig",
-    "DecodeConfig", "PRESETS",
+    "DecodeConfig", "PRESETS", "ACTIVATIONS", "SINUSOID_LAYOUTS", "check_choice",
 ]

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, ConfigError
+from aiayn.config import ACTIVATIONS, PAD_ID, ConfigError, check_choice
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.embeddings import Embeddings, positional_encoding
@@ -50,6 +50,8 @@ class DecoderOnlyConfig(ModelConfig):
     tie_output: bool = True  # §3.4: pre-softmax projection = token embedding
     scale_embeddings: bool = False  # True: embeddings times sqrt(d_model), as §3.4 does
     layer_norm_eps: float = 1e-5
+    activation: str = "relu"  # the FFN's (§3.3); GPT-2's is "gelu_tanh"; one of aiayn.config.ACTIVATIONS
+    logits_bias: bool = False  # a bias (V,) added to the output logits
 
     def __post_init__(self) -> None:
         self.check_positive("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions")
@@ -57,7 +59,7 @@ class DecoderOnlyConfig(ModelConfig):
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.positional not in ("learned", "sinusoidal"):
             raise ConfigError(f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}")
-
+        check_choice("activation", self.activation, ACTIVATIONS)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class DecoderOnly(PretrainedModel):
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, cross_attention=False) for i in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.logits_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.logits_bias else None  # (V,)
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         return KVCache.self_only(len(self.layers), batch, self.embed.weight.device, capacity)
@@ -114,10 +117,9 @@ class DecoderOnly(PretrainedModel):
         return x, (weights if need_weights else None)
 
     def project(self, hidden: Tensor) -> Tensor:
-        """(..., D) -> (..., V), tied to the token embedding by default (§3.4)."""
-        if self.output_proj is None:
-            return F.linear(hidden, self.embed.weight)
-        return self.output_proj(hidden)
+        """(..., D) -> (..., V), tied to the token embedding by default (§3.4), plus `logits_bias`."""
+        weight = self.embed.weight if self.output_proj is None else self.output_proj.weight
+        return F.linear(hidden, weight, self.logits_bias)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """Teacher-forced next-token logits: (B, T) -> (B, T, V); position t sees tokens 0..t."""

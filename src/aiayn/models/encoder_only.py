@@ -12,8 +12,12 @@ summary a classifier reads.
 
 Heads:
     mlm_logits   masked-language-model pre-training: dense + GELU + LayerNorm, then the
-                 projection tied to the token embedding (BERT §3.1, Appendix A)
-    classify     a linear map of the [CLS] state to `n_classes` scores
+                 projection tied to the token embedding (BERT §3.1, Appendix A), + `logits_bias`
+    classify     a linear map of the [CLS] state to `n_classes` scores (with `pooler`: of
+                 tanh(dense([CLS] state)), BERT's pooler)
+
+BERT's own options: `embedding_norm` (a LayerNorm over the summed embeddings), `type_vocab_size`
+(token-type embeddings; all tokens are of type 0 here), `scale_embeddings = False`.
 
 Shape: tokens (B, T) ids, PAD on the right | patches (B, N, patch_dim) floats
     hidden (B, 1 + T, D); mlm_logits (B, T, V); classify (B, n_classes)
@@ -29,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import BOS_ID, PAD_ID, ConfigError
+from aiayn.config import ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, check_choice
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.embeddings import Embeddings, positional_encoding
-from aiayn.modules.layers import EncoderLayer
+from aiayn.modules.layers import ACTIVATION_FUNCTIONS, EncoderLayer
 
 CLS_ID = BOS_ID  # the [CLS] position's token: BOS, which no tokenized text contains
 
@@ -59,6 +63,12 @@ class EncoderOnlyConfig(ModelConfig):
     input: str = "tokens"  # "tokens" | "patches"
     patch_dim: int = 0  # patches: values per flattened patch (channels · height · width)
     layer_norm_eps: float = 1e-5
+    activation: str = "relu"  # the FFN's and the MLM head's; BERT's and ViT's is "gelu"; aiayn.config.ACTIVATIONS
+    logits_bias: bool = False  # a bias (V,) added to the MLM logits (BERT's cls.predictions.bias)
+    scale_embeddings: bool = True  # tokens: embeddings times sqrt(d_model) (§3.4); BERT does not scale
+    embedding_norm: bool = False  # a LayerNorm over embeddings + positions (+ token types), as BERT has
+    type_vocab_size: int = 0  # > 0: BERT's token-type (segment) embeddings; every input token is of type 0
+    pooler: bool = False  # the classifier reads tanh(dense([CLS] state)), BERT's pooler, not the state
 
     def __post_init__(self) -> None:
         self.check_positive("d_model", "n_heads", "n_layers", "d_ff", "max_positions")
@@ -72,6 +82,11 @@ class EncoderOnlyConfig(ModelConfig):
             raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
         if self.pooling not in ("cls", "mean"):
             raise ConfigError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        check_choice("activation", self.activation, ACTIVATIONS)
+        if self.type_vocab_size < 0 or (self.type_vocab_size and self.input != "tokens"):
+            raise ConfigError(f"type_vocab_size must be >= 0, and 0 for patches; got {self.type_vocab_size}")
+        if self.pooler and self.pooling != "cls":
+            raise ConfigError("pooler reads the [CLS] state: it needs pooling = 'cls'")
 
 
 
@@ -85,11 +100,14 @@ class EncoderOnly(PretrainedModel):
         super().__init__(config)
         cfg = config
         if cfg.input == "tokens":
-            self.embed = Embeddings(cfg.vocab_size, cfg.d_model, PAD_ID)
+            self.embed = Embeddings(cfg.vocab_size, cfg.d_model, PAD_ID, cfg.scale_embeddings)
         else:
             self.patch_proj = nn.Linear(cfg.patch_dim, cfg.d_model)
             self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model))
         self.positions = positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions)
+        # registered only when asked for, so that the parameter order of older checkpoints holds
+        self.token_types = nn.Parameter(torch.zeros(cfg.type_vocab_size, cfg.d_model)) if cfg.type_vocab_size else None
+        self.embed_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
@@ -97,6 +115,9 @@ class EncoderOnly(PretrainedModel):
             self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
             self.mlm_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.classifier = nn.Linear(cfg.d_model, cfg.n_classes) if cfg.n_classes else None
+        self.pool = nn.Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
+        self.logits_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.logits_bias else None  # (V,)
+        self.act = ACTIVATION_FUNCTIONS[cfg.activation]
 
     def _inputs(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
         """[CLS] + embedded inputs (B, 1 + T, D) with positions, and the key mask (B, 1, 1, 1 + T) or None."""
@@ -109,7 +130,12 @@ class EncoderOnly(PretrainedModel):
             keep = None if not bool((x == PAD_ID).any()) else masks.key_mask(ids != PAD_ID)
         if h.shape[1] > self.config.max_positions and self.config.positional == "learned":
             raise ValueError(f"{h.shape[1]} positions ([CLS] included) exceed max_positions {self.config.max_positions}")
-        return self.dropout(h + self.positions(h.shape[1])), keep
+        h = h + self.positions(h.shape[1])
+        if self.token_types is not None:
+            h = h + self.token_types[0]  # one segment: every token is of type 0
+        if self.embed_norm is not None:
+            h = self.embed_norm(h)
+        return self.dropout(h), keep
 
     def forward(self, x: Tensor, need_weights: bool = False):
         """Final states (B, 1 + T, D) ([CLS] first), and the self-attention per layer when asked."""
@@ -129,7 +155,12 @@ class EncoderOnly(PretrainedModel):
         h = self(tokens)[:, 1:]  # (B, T, D)
         if chosen is not None:
             h = h[chosen]  # (M, D)
-        return F.linear(self.mlm_norm(F.gelu(self.mlm_dense(h))), self.embed.weight)
+        return F.linear(self.mlm_norm(self.mlm_act(self.mlm_dense(h))), self.embed.weight, self.logits_bias)
+
+    def mlm_act(self, x: Tensor) -> Tensor:
+        """The MLM transform's activation: GELU (BERT's), or the FFN's when it is not ReLU (BERT uses
+        its `hidden_act` in both places)."""
+        return F.gelu(x) if self.config.activation == "relu" else self.act(x)
 
     def classify(self, x: Tensor) -> Tensor:
         """(B, T) ids or (B, N, patch_dim) patches -> (B, n_classes) scores from the [CLS] state, or from
@@ -137,6 +168,8 @@ class EncoderOnly(PretrainedModel):
         if self.classifier is None:
             raise ValueError("this model has no classifier head (n_classes = 0)")
         h = self(x)  # (B, 1 + T, D)
+        if self.pool is not None:
+            return self.classifier(torch.tanh(self.pool(h[:, 0])))
         if self.config.pooling == "cls":
             return self.classifier(h[:, 0])
         real = torch.ones(h.shape[:2], dtype=h.dtype, device=h.device)  # (B, 1 + T)

@@ -44,7 +44,7 @@ class DecoderOutput:
 
 
 def _positional(cfg: TransformerConfig) -> nn.Module:
-    return positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions)
+    return positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions, cfg.sinusoid_layout)
 
 
 class Encoder(nn.Module):
@@ -134,14 +134,16 @@ class Transformer(PretrainedModel):
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         cfg = config
-        src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model, PAD_ID)
-        tgt_embed = src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, cfg.d_model, PAD_ID)
+        src_embed = Embeddings(cfg.src_vocab_size, cfg.d_model, PAD_ID, cfg.scale_embeddings)
+        tgt_embed = src_embed if cfg.share_embeddings else Embeddings(cfg.tgt_vocab_size, cfg.d_model, PAD_ID,
+                                                                      cfg.scale_embeddings)
         self.encoder = Encoder(cfg, src_embed)
         self.decoder = Decoder(cfg, tgt_embed)
         self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         if self.output_proj is not None:
             nn.init.normal_(self.output_proj.weight, std=cfg.d_model**-0.5)
         self.copy = CopyAttention(cfg.d_model) if cfg.copy_attention else None
+        self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None  # (V,)
 
     # -- the model's own entry points -------------------------------------------------------
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOutput:
@@ -168,10 +170,10 @@ class Transformer(PretrainedModel):
         return DecoderOutput(self.output(hidden, cache), cache, self_ws, cross_ws)
 
     def project(self, hidden: Tensor) -> Tensor:
-        """Pre-softmax linear map (§3.4), tied to the target embedding by default. -> (..., V)."""
-        if self.output_proj is None:
-            return F.linear(hidden, self.decoder.embed.weight)
-        return self.output_proj(hidden)
+        """Pre-softmax linear map (§3.4), tied to the target embedding by default, plus `logits_bias`
+        when the config has one. -> (..., V)."""
+        weight = self.decoder.embed.weight if self.output_proj is None else self.output_proj.weight
+        return F.linear(hidden, weight, self.logits_bias)
 
     def output(self, hidden: Tensor, cache: KVCache) -> Tensor:
         """The decoder's final hidden states (B, T, D) -> logits (B, T, V): the projection, or with
@@ -216,7 +218,16 @@ class Transformer(PretrainedModel):
         int8; rebuild it after the weights change."""
         from aiayn.models.fast_decoder import FastDecoder
 
+        unknown = [f"{name} = {getattr(self.config, name)!r}" for name, paper in FAST_DECODER_KNOWS
+                   if getattr(self.config, name) != paper]
+        if unknown:  # `interface.for_inference` then decodes with the model's own step
+            raise ValueError(f"FastDecoder does not compute {', '.join(unknown)}: decode with the model itself")
         return FastDecoder(self, precision)
+
+
+# Options FastDecoder's step does not read yet, with the value it assumes: a model with another value
+# decodes with its own `step` (`fast_decoder` refuses), never with the wrong math.
+FAST_DECODER_KNOWS = (("activation", "relu"), ("logits_bias", False))
 
 
 def count_parameters(cfg: TransformerConfig) -> int:
@@ -232,4 +243,5 @@ def count_parameters(cfg: TransformerConfig) -> int:
     output = 0 if cfg.tie_output else cfg.tgt_vocab_size * D
     learned = 2 * cfg.max_positions * D if cfg.positional == "learned" else 0
     copy = 2 * (D * D + D) + D + 1 if cfg.copy_attention else 0  # W_q, W_k, the gate
-    return encoder + decoder + final_norms + embeddings + output + learned + copy
+    bias = cfg.tgt_vocab_size if cfg.logits_bias else 0
+    return encoder + decoder + final_norms + embeddings + output + learned + copy + bias

@@ -29,15 +29,22 @@ class Embeddings(nn.Module):
         return nn.functional.embedding(tokens, self.weight, self.pad_id) * self.scale
 
 
-def sinusoid_table(length: int, d_model: int, start: int = 0) -> Tensor:
+def sinusoid_table(length: int, d_model: int, start: int = 0, layout: str = "interleaved") -> Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)) (§3.5).
 
+    `layout="halves"` holds the same values with every sine first: PE(pos, i) = sin(pos / 10000^(2i/d)),
+    PE(pos, ⌈d/2⌉ + i) = cos(...) (Marian's and CTranslate2's layout).
     Returns (length, d_model) in float32 for positions start .. start + length - 1.
     """
     pos = torch.arange(start, start + length, dtype=torch.float64)[:, None]  # (T, 1)
     inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
     angles = pos * inv_freq  # (T, D/2)
     table = torch.zeros(length, d_model, dtype=torch.float64)
+    if layout == "halves":
+        half = angles.shape[1]  # ⌈D/2⌉
+        table[:, :half] = torch.sin(angles)
+        table[:, half:] = torch.cos(angles[:, : d_model - half])
+        return table.float()
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
     return table.float()
@@ -47,16 +54,16 @@ class SinusoidalPositionalEncoding(nn.Module):
     """Fixed sinusoids (§3.5). Valid for any position: positions past the precomputed table
     are computed for that call (the module is never modified, so concurrent calls are safe)."""
 
-    def __init__(self, d_model: int, initial_length: int = 1024):
+    def __init__(self, d_model: int, initial_length: int = 1024, layout: str = "interleaved"):
         super().__init__()
-        self.d_model = d_model
-        self.register_buffer("table", sinusoid_table(initial_length, d_model), persistent=False)
+        self.d_model, self.layout = d_model, layout
+        self.register_buffer("table", sinusoid_table(initial_length, d_model, layout=layout), persistent=False)
 
     def forward(self, length: int, start: int = 0) -> Tensor:
         """Encodings for positions start .. start + length - 1: (length, D)."""
         end = start + length
         if end > self.table.shape[0]:
-            return sinusoid_table(length, self.d_model, start).to(self.table.device)
+            return sinusoid_table(length, self.d_model, start, self.layout).to(self.table.device)
         return self.table[start:end]
 
 
@@ -79,8 +86,9 @@ class LearnedPositionalEncoding(nn.Module):
         return self.weight[start:end]
 
 
-def positional_encoding(kind: str, d_model: int, max_positions: int) -> nn.Module:
-    """"learned" (a table of max_positions rows) or "sinusoidal" (§3.5, extends on demand)."""
+def positional_encoding(kind: str, d_model: int, max_positions: int, layout: str = "interleaved") -> nn.Module:
+    """"learned" (a table of max_positions rows) or "sinusoidal" (§3.5, extends on demand; `layout`
+    as `sinusoid_table` reads it)."""
     if kind == "learned":
         return LearnedPositionalEncoding(d_model, max_positions)
-    return SinusoidalPositionalEncoding(d_model, max_positions)
+    return SinusoidalPositionalEncoding(d_model, max_positions, layout)

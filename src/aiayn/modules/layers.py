@@ -9,6 +9,9 @@ tests use as the reference.
 
 from __future__ import annotations
 
+import functools
+from types import MappingProxyType
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -17,11 +20,22 @@ from aiayn.modules.cache import KVCache
 from aiayn.config import TransformerConfig
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3). (B, T, D) -> (B, T, D)."""
+ACTIVATION_FUNCTIONS = MappingProxyType({  # the names of `aiayn.config.ACTIVATIONS`
+    "relu": F.relu,
+    "gelu": F.gelu,  # exact, with erf (BERT, ViT)
+    "gelu_tanh": functools.partial(F.gelu, approximate="tanh"),  # GPT-2's gelu_new
+    "silu": F.silu,  # x·sigmoid(x), Marian's swish
+})
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3), or with another `activation` than ReLU
+    (`aiayn.config.ACTIVATIONS`). (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
+        self.activation = activation
+        self.act = ACTIVATION_FUNCTIONS[activation]
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
@@ -30,7 +44,7 @@ class PositionwiseFeedForward(nn.Module):
             nn.init.zeros_(linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.dropout(F.relu(self.linear1(x))))
+        return self.linear2(self.dropout(self.act(self.linear1(x))))
 
 
 class SublayerConnection(nn.Module):
@@ -64,7 +78,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, cfg.attention_score)
-        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.sa_conn, self.ff_conn = _connection(cfg), _connection(cfg)
 
     def forward(self, x: Tensor, mask: Tensor | None, need_weights: bool = False):
@@ -89,7 +103,7 @@ class DecoderLayer(nn.Module):
         # registration order = parameter order, which optimizer states in checkpoints rely on
         self.self_attn = attention()
         self.cross_attn = attention() if cross_attention else None  # None: the decoder-only (GPT) layer
-        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout)
+        self.ff = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.activation_dropout, cfg.activation)
         self.sa_conn = _connection(cfg)
         self.ca_conn = _connection(cfg) if cross_attention else None
         self.ff_conn = _connection(cfg)
