@@ -314,7 +314,7 @@ def main(argv=None) -> int:
     print("same 1-best tokens as ours: " + "; ".join(
         f"{s} b{b}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in c.items()) for s, b, c in checks))
     if args.json:
-        print(json.dumps({"rows": [{k: (round(v, 1) if isinstance(v, float) else v) for k, v in r.items()}
+        print(json.dumps({"rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
                                    for r in rows]}))
     return 0
 

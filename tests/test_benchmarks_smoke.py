@@ -175,7 +175,8 @@ def test_compare_revisions_of_one_checkout_against_itself():
     """Both sides run the same tree: every row of decode_speed comes back, with both medians and a ratio."""
     root = BENCHMARKS.parent
     out = _last_json_line("compare_revisions.py", "--other", str(root), "--rounds", "1", "--json", "--",
-                          "benchmarks/decode_speed.py", "--skip", "textbook", "hf", "ct2_fp32", "ct2_int8",
+                          "benchmarks/decode_speed.py", "--skip", "textbook", "hf", "ct2_fp32", "ct2_int8", "ours_bf16",
+                          "ours_int8",
                           "--runs", "1", "--preset", "tiny", "--batch", "2")
     rows = {(r["strategy"], r["batch"], r["value"]): r for r in out["rows"]}
     assert set(rows) == {("greedy", 2, "ours"), ("beam4", 2, "ours")}
@@ -200,3 +201,21 @@ def test_beam_profile_sorts_op_names_into_kinds():
     assert [kind_of(n) for n in ("aten::addmm", "aten::_log_softmax", "aten::topk", "aten::index_select",
                                  "aten::add_", "aten::_scaled_dot_product_flash_attention_for_cpu")] == \
         ["matmul", "softmax", "topk", "cache", "other", "matmul"]
+
+
+def test_int8_matmul_times_every_candidate_and_ratio():
+    out = _last_json_line("int8_matmul.py", "--runs", "1", "--calls", "1", "--rows", "2", "--threads", "1", "--json")
+    assert {r["layer"] for r in out["rows"]} == {"qkv", "ff1", "ff2", "output"}
+    for r in out["rows"]:
+        assert all(r[k] > 0 for k in ("fp32", "bf16", "fbgemm", "int8_rows", "w8_only"))
+        assert math.isclose(r["fp32/int8_rows"], r["fp32"] / r["int8_rows"], rel_tol=1e-2)
+
+
+def test_decode_speed_runs_every_peer_in_its_own_process_and_prints_ratios():
+    out = _last_json_line("decode_speed.py", "--skip", "textbook", "hf", "--runs", "1", "--preset", "tiny",
+                          "--batch", "2", "--json")
+    for row in out["rows"]:
+        assert row["ours"] > 0 and row["ours_int8"] > 0
+        for peer in ("ct2_fp32", "ct2_int8"):  # the ctranslate2 extra is installed by setup.sh
+            assert row[peer] > 0
+        assert math.isclose(row["ours_int8/ct2_int8"], row["ours_int8"] / row["ct2_int8"], rel_tol=1e-2)
