@@ -142,3 +142,18 @@ def test_precisions_a_model_cannot_decode_in_are_errors_except_auto():
         for_inference(model, "int8")
     with pytest.raises(ValueError, match="precision must be one of"):
         FastDecoder(tiny(), "fp16")
+
+
+@pytest.mark.parametrize("overrides", [{"activation": "silu", "logits_bias": True}, {"activation": "gelu"},
+                                       {"activation": "gelu_tanh", "norm_first": True}])
+@torch.inference_mode()
+def test_imported_architectures_options_step_as_the_model_does(overrides):
+    """The options Hugging Face checkpoints bring (Marian: swish and a final logits bias) in the fast step."""
+    model, src = tiny(**overrides), sources(3)
+    if model.logits_bias is not None:
+        model.logits_bias.normal_()  # zeros at init would hide a missing bias
+    fast = model.fast_decoder()
+    ref, got = model.start(src), fast.start(src)
+    for t in range(4):
+        tokens = torch.randint(4, V, (3,))
+        torch.testing.assert_close(fast.step(tokens, got), model.step(tokens, ref), atol=1e-5, rtol=1e-5)

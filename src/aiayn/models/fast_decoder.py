@@ -8,7 +8,7 @@ weights and runs the step as plain `torch.addmm` / `layer_norm` /
 attention calls on 2-D (N, D) activations, without module calls,
 dropout no-ops, mask building or host syncs (the cross-attention masks are built once per
 source, in the `KVCache`). The math is that of `aiayn.modules.layers.DecoderLayer` (post- or
-pre-norm, ReLU FFN); it reads and extends the same `KVCache`, and the tests check its
+pre-norm, the FFN's activation, the final logits bias); it reads and extends the same `KVCache`, and the tests check its
 logits against `Transformer.step` at every step.
 
 It is an explicit object, not a hidden memo: `Transformer.fast_decoder()` builds one (a
@@ -25,7 +25,7 @@ one `FastDecoder` serves concurrent calls.
 It also decodes in lower precision (`precision`, see the class doc): bf16 where the CPU or GPU
 multiplies bf16 natively, and int8 weights with dynamically quantized activations on the CPU
 (`aiayn.modules.quantized`). Built from a model whose decoder layers are not
-exactly `DecoderLayer` with the ReLU `PositionwiseFeedForward`, it refuses (ValueError),
+exactly `DecoderLayer` with `PositionwiseFeedForward`, it refuses (ValueError),
 since it would compute other math.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from aiayn.modules.cache import KVCache
-from aiayn.modules.layers import DecoderLayer, PositionwiseFeedForward
+from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
 from aiayn.modules.quantized import Int8Linear, quantize_linears_
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -114,10 +114,10 @@ class _Output:
 
     FEW_ROWS = 64
 
-    def __init__(self, weight: Tensor, precision: str):  # weight (V, D)
-        self.precision = precision
+    def __init__(self, weight: Tensor, bias: Tensor | None, precision: str):  # weight (V, D), bias (V,) or None
+        self.precision, self.bias = precision, bias
         if precision == "int8":
-            self.int8 = Int8Linear(weight, None).forward
+            self.int8 = Int8Linear(weight, bias).forward
         dtype = torch.bfloat16 if precision == "bf16" else weight.dtype
         self.w = weight.contiguous().to(dtype)  # (V, D)
         self.wt = weight.t().contiguous().to(dtype)  # (D, V)
@@ -127,8 +127,10 @@ class _Output:
             return self.int8(x)
         x = x.to(self.wt.dtype)
         if 1 < x.shape[0] <= self.FEW_ROWS and x.device.type == "cpu":
-            return torch.mm(self.w, x.t()).t().contiguous()  # (V, N) -> (N, V)
-        return x @ self.wt
+            logits = torch.mm(self.w, x.t()).t().contiguous()  # (V, N) -> (N, V)
+        else:
+            logits = x @ self.wt
+        return logits if self.bias is None else logits.add_(self.bias)  # the final logits bias (Marian)
 
 
 def _snapshot(model, precision: str):
@@ -174,8 +176,9 @@ class FastDecoder:
         self.layers = [_layer(layer, precision) for layer in model.decoder.layers]
         final = model.decoder.final_norm
         self.final_norm = None if final is None else (final.weight, final.bias)
+        self.act = ACTIVATION_FUNCTIONS[cfg.activation]  # the FFN's: ReLU in the paper
         out = model.decoder.embed.weight if model.output_proj is None else model.output_proj.weight
-        self.output = _Output(out, precision)  # (N, D) -> (N, V)
+        self.output = _Output(out, model.logits_bias, precision)  # (N, D) -> (N, V)
 
     # -- the decoding interface: everything but `step` is the model's own ------------------
     def _autocast(self):
@@ -238,7 +241,7 @@ class FastDecoder:
             x = x if self.norm_first else self._norm(x, p.ca_norm)
 
             h = self._norm(x, p.ff_norm) if self.norm_first else x
-            x = x + p.ff2(torch.relu(p.ff1(h)))
+            x = x + p.ff2(self.act(p.ff1(h)))
             x = x if self.norm_first else self._norm(x, p.ff_norm)
         cache.advance(1)
         if self.final_norm is not None:
@@ -257,5 +260,5 @@ def _check_supported(model) -> None:
                          f"{model.config.attention_score!r}: decode with the model itself")
     for layer in model.decoder.layers:
         if type(layer) is not DecoderLayer or type(layer.ff) is not PositionwiseFeedForward:
-            raise ValueError(f"FastDecoder computes DecoderLayer with a ReLU FFN; got {type(layer).__name__} "
+            raise ValueError(f"FastDecoder computes DecoderLayer with PositionwiseFeedForward; got {type(layer).__name__} "
                              f"with {type(layer.ff).__name__}: decode with the model itself")

@@ -218,16 +218,7 @@ class Transformer(PretrainedModel):
         int8; rebuild it after the weights change."""
         from aiayn.models.fast_decoder import FastDecoder
 
-        unknown = [f"{name} = {getattr(self.config, name)!r}" for name, paper in FAST_DECODER_KNOWS
-                   if getattr(self.config, name) != paper]
-        if unknown:  # `interface.for_inference` then decodes with the model's own step
-            raise ValueError(f"FastDecoder does not compute {', '.join(unknown)}: decode with the model itself")
         return FastDecoder(self, precision)
-
-
-# Options FastDecoder's step does not read yet, with the value it assumes: a model with another value
-# decodes with its own `step` (`fast_decoder` refuses), never with the wrong math.
-FAST_DECODER_KNOWS = (("activation", "relu"), ("logits_bias", False))
 
 
 def count_parameters(cfg: TransformerConfig) -> int:
