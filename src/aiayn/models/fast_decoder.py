@@ -63,15 +63,23 @@ class _Layer:
 
 
 def _linear(weight: Tensor, bias: Tensor, precision: str) -> Linear:
-    """y = x W^T + b as one call. fp32 and bf16 keep W transposed and contiguous, (in, out), the
-    layout `addmm` reads fastest; bf16 casts x to bf16 and returns bf16. int8: `Int8Linear`."""
+    """y = x W^T + b as one call; y may be a transposed view (callers reshape, never view).
+    fp32: one row as x (D, out) with W stored transposed, the layout `addmm` reads fastest for a
+    vector; more rows as (W x^T)^T, where the BLAS packs the small x^T rather than the whole weight
+    at every call (up to 1.5x faster from 2 to 128 rows, `benchmarks/int8_matmul.py` shapes). bf16
+    casts x to bf16 and returns bf16. int8: `Int8Linear`."""
     if precision == "int8":
         return Int8Linear(weight, bias).forward
-    dtype = torch.bfloat16 if precision == "bf16" else weight.dtype
-    wt, b = weight.t().contiguous().to(dtype), bias.to(dtype)  # (in, out), (out,)
     if precision == "bf16":
-        return lambda x: torch.addmm(b, x.to(dtype), wt)
-    return lambda x: torch.addmm(b, x, wt)
+        wt, b = weight.t().contiguous().bfloat16(), bias.bfloat16()  # (in, out), (out,)
+        return lambda x: torch.addmm(b, x.to(torch.bfloat16), wt)
+    wt, w, b_col = weight.t().contiguous(), weight.contiguous(), bias[:, None].contiguous()  # (in, out), (out, in)
+
+    def fp32(x: Tensor) -> Tensor:
+        if x.shape[0] == 1 or x.device.type != "cpu":
+            return torch.addmm(bias, x, wt)
+        return torch.addmm(b_col, w, x.t()).t()  # (out, N) -> (N, out) view
+    return fp32
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -226,14 +234,14 @@ class FastDecoder:
             cross_mask = cross_mask | ~has_key  # a source with no token is attended everywhere, then zeroed
         for i, p in enumerate(self.layers):
             h = self._norm(x, p.sa_norm) if self.norm_first else x
-            qkv = p.qkv(h).view(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
+            qkv = p.qkv(h).reshape(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)
             k, v = cache.append(i, qkv[:, 1], qkv[:, 2])  # (N, H, P+1, Dh)
             y = _attend(qkv[:, 0], k, v, self_mask).reshape(N, D)  # causal: one query
             x = x + p.sa_out(y)
             x = x if self.norm_first else self._norm(x, p.sa_norm)
 
             h = self._norm(x, p.ca_norm) if self.norm_first else x
-            q = cache.grouped(p.q(h).view(N, H, 1, D // H))  # (n, H, group, Dh)
+            q = cache.grouped(p.q(h).reshape(N, H, 1, D // H))  # (n, H, group, Dh)
             y = _attend(q, cache.cross_k[i], cache.cross_v[i], cross_mask)
             if has_key is not None:
                 y = y * has_key  # a source with no token attends to nothing: zeros
