@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import keyword
 import logging
 import os
 import sys
 
-COMMANDS = ("demo", "params", "prepare", "train", "average", "translate", "summarize", "answer", "generate", "classify", "serve", "export", "evaluate", "plot")
+COMMANDS = ("demo", "params", "prepare", "train", "average", "translate", "summarize", "answer", "generate", "classify", "serve", "import", "export", "evaluate", "plot")
 
 # Failures a user can cause and fix. OSError: missing, unreadable or unwritable paths, a full
 # disk. ValueError: bad flags, configs (aiayn.config.ConfigError) and inputs. RuntimeError:
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = importlib.import_module(f"aiayn.commands.{name}")
+        module = importlib.import_module(f"aiayn.commands.{name}_" if keyword.iskeyword(name) else f"aiayn.commands.{name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)

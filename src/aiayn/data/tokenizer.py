@@ -288,6 +288,11 @@ TOKENIZER_TYPES: Mapping[str, type[Tokenizer]] = MappingProxyType({
     SymbolTokenizer.kind: SymbolTokenizer,
     CharTokenizer.kind: CharTokenizer,
 })
+# Wrappers of Hugging Face tokenizers (`aiayn import hf`), imported when a manifest names them.
+IMPORTED_TOKENIZER_TYPES: Mapping[str, str] = MappingProxyType({
+    "hf-tokenizers": "aiayn.interop.tokenizers:HFTokenizer",
+    "marian": "aiayn.interop.tokenizers:MarianTokenizer",
+})
 
 
 @dataclass(frozen=True)
@@ -379,12 +384,21 @@ def _read_manifest(path: Path) -> dict:
 
 def _load_side(model_dir: Path, entry: dict, manifest_path: Path) -> Tokenizer:
     kind = entry["type"]
-    if kind not in TOKENIZER_TYPES:
+    if kind not in TOKENIZER_TYPES and kind not in IMPORTED_TOKENIZER_TYPES:
         raise TokenizerError(f"{manifest_path}: unknown tokenizer type {kind!r}")
     name = Path(entry["file"])
     if name.is_absolute() or ".." in name.parts:
         raise TokenizerError(f"{manifest_path}: tokenizer file {name} must lie inside the model directory")
-    return TOKENIZER_TYPES[kind].from_file(model_dir / name)
+    return _tokenizer_class(kind).from_file(model_dir / name)
+
+
+def _tokenizer_class(kind: str) -> type[Tokenizer]:
+    if kind in TOKENIZER_TYPES:
+        return TOKENIZER_TYPES[kind]
+    import importlib
+
+    module, _, name = IMPORTED_TOKENIZER_TYPES[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _sentences(texts: Optional[Iterable[str]], files: Optional[Sequence[str | Path]]) -> Iterator[str]:

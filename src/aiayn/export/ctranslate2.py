@@ -10,10 +10,11 @@ An export directory (`export_ctranslate2`) holds:
     aiayn_export.json                                this manifest: where it came from and how
 
 What maps onto CTranslate2's `TransformerSpec`: post-norm (the paper) and pre-norm (with the final
-norm of each stack), ReLU feed-forward, scaled ("scaled_dot") or unscaled ("dot") dot-product
+norm of each stack), the feed-forward's activation (ReLU, GELU, its tanh form, SiLU), the logits
+bias, scaled ("scaled_dot") or unscaled ("dot") dot-product
 attention, sinusoidal or learned positions (written out as a table: CTranslate2's built-in
 sinusoids put the sines and cosines in two halves, ours interleave them, §3.5), embeddings scaled by
-sqrt(d_model), shared or separate embeddings and a tied or separate output projection. Additive
+sqrt(d_model) or not, shared or separate embeddings and a tied or separate output projection. Additive
 attention has no CTranslate2 counterpart and is refused.
 
 Vocabulary: each side's tokenizer pieces by id, so ids map one to one and the model also works with
@@ -202,8 +203,9 @@ def transformer_spec(model):
     from ctranslate2.specs import common_spec, transformer_spec as ts
 
     c = model.config
+    activation = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}[c.activation]
     spec = ts.TransformerSpec.from_config((c.n_encoder_layers, c.n_decoder_layers), c.n_heads,
-                                          pre_norm=c.norm_first, activation=common_spec.Activation.RELU)
+                                          pre_norm=c.norm_first, activation=getattr(common_spec.Activation, activation))
     spec.config.layer_norm_epsilon = c.layer_norm_eps
     spec.config.add_source_eos = True  # aiayn's sources end with EOS
     rows = _table_rows(c)
@@ -211,7 +213,8 @@ def transformer_spec(model):
         _stack(side, stack, rows, c.attention_score)
     out = model.output_proj.weight if model.output_proj is not None else model.decoder.embed.weight
     spec.decoder.projection.weight = _array(out)  # (V_tgt, D)
-    spec.decoder.projection.bias = np.zeros(c.tgt_vocab_size, dtype=np.float32)
+    bias = model.logits_bias
+    spec.decoder.projection.bias = np.zeros(c.tgt_vocab_size, dtype=np.float32) if bias is None else _array(bias)
     return spec
 
 

@@ -1,0 +1,140 @@
+"""BERT (`BertForSequenceClassification`, `BertForMaskedLM`) <-> aiayn's encoder-only model with
+token inputs: a classifier (task classify) or a masked language model (task mlm).
+
+BERT is the paper's encoder, post-norm, with four options of its own: a LayerNorm over the summed
+embeddings (`embedding_norm`), token-type embeddings (`type_vocab_size`; every token is of type 0
+here), the pooler a classifier reads (`pooler`), and unscaled embeddings (`scale_embeddings =
+False`); the FFN and the MLM head use `hidden_act` (`activation = "gelu"`, exact), and the MLM
+logits have a bias (`logits_bias`). Ids (`interop.vocab`) are a permutation: [PAD] -> PAD,
+[CLS] -> BOS (the model puts BOS first as [CLS]), [SEP] -> EOS, [UNK] -> UNK. The tokenizer is
+BERT's WordPiece (tokenizer.json); a text encodes as Hugging Face encodes it, [SEP] last, less the
+[CLS] the model adds.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from aiayn.data.tokenizer import TokenizerPair
+from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
+                                      activation_in, attention, dump_params, json_file, linear, refuse_options, same)
+from aiayn.interop.tokenizers import HFTokenizer
+from aiayn.interop.vocab import IdMap
+from aiayn.models.encoder_only import EncoderOnlyConfig
+
+CLASSIFIER, MLM = "BertForSequenceClassification", "BertForMaskedLM"
+SPECIALS = {"pad_token": ("[PAD]", PAD_ID), "cls_token": ("[CLS]", BOS_ID), "sep_token": ("[SEP]", EOS_ID),
+            "unk_token": ("[UNK]", UNK_ID)}  # tokenizer_config.json's name: (BERT's default, aiayn's id)
+
+
+def params(cfg: EncoderOnlyConfig, ids: IdMap) -> list[Param]:
+    e = "bert.embeddings"
+    table = [Param("embed.weight", (f"{e}.word_embeddings.weight",), lambda ts: ids.rows_in(ts[0]),
+                   lambda t: [ids.rows_out(t)]),
+             same("positions.weight", f"{e}.position_embeddings.weight"),
+             same("token_types", f"{e}.token_type_embeddings.weight"), *linear("embed_norm", f"{e}.LayerNorm")]
+    for i in range(cfg.n_layers):
+        a, h = f"layers.{i}", f"bert.encoder.layer.{i}"
+        s = f"{h}.attention.self"
+        table += attention(f"{a}.self_attn", f"{s}.query", f"{s}.key", f"{s}.value", f"{h}.attention.output.dense")
+        table += linear(f"{a}.sa_conn.norm", f"{h}.attention.output.LayerNorm")
+        table += linear(f"{a}.ff.linear1", f"{h}.intermediate.dense") + linear(f"{a}.ff.linear2", f"{h}.output.dense")
+        table += linear(f"{a}.ff_conn.norm", f"{h}.output.LayerNorm")
+    head = "cls.predictions"
+    mlm = linear("mlm_dense", f"{head}.transform.dense") + linear("mlm_norm", f"{head}.transform.LayerNorm")
+    if cfg.n_classes:  # a classifier: its MLM head (unused) keeps its initial weights and is not exported
+        return table + linear("pool", "bert.pooler.dense") + linear("classifier", "classifier") + \
+            [Param(p.aiayn, p.hf, p.into, lambda t: [], optional=True) for p in mlm]
+    return table + mlm + [Param("logits_bias", (f"{head}.bias",), lambda ts: ids.bias_in(ts[0], ts[0]),
+                                lambda t: [ids.rows_out(t)])]
+
+
+def read_tokenizer_json(ckpt: Checkpoint) -> str:
+    """The checkpoint's tokenizer.json (the `tokenizers` library's), as text."""
+    path = ckpt.directory / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (aiayn reads a Hugging Face tokenizer from its tokenizer.json)")
+    return path.read_text(encoding="utf-8")
+
+
+def import_checkpoint(ckpt: Checkpoint) -> Imported:
+    c = ckpt.field
+    architecture = (c("architectures") or ["?"])[0]
+    if architecture not in (CLASSIFIER, MLM):
+        raise ckpt.refuse("architectures", c("architectures"), f"aiayn imports {CLASSIFIER} and {MLM}")
+    for field, value, want in (("position_embedding_type", c("position_embedding_type", "absolute"), "absolute"),
+                               ("is_decoder", c("is_decoder", False), False),
+                               ("tie_word_embeddings", c("tie_word_embeddings", True), True)):
+        if value != want:
+            raise ckpt.refuse(field, value, f"aiayn's encoder-only model has {want!r}")
+    activation = activation_in(ckpt, "hidden_act", "gelu")
+    if activation == "relu" and architecture == MLM:
+        raise ckpt.refuse("hidden_act", "relu", "aiayn's MLM head uses GELU with a ReLU FFN")
+    tokenizer = _import_tokenizer(ckpt)
+    labels = _labels(ckpt) if architecture == CLASSIFIER else []
+    config = EncoderOnlyConfig(
+        vocab_size=tokenizer.ids.size, d_model=c("hidden_size"), n_heads=c("num_attention_heads"),
+        n_layers=c("num_hidden_layers"), d_ff=c("intermediate_size"), dropout=c("hidden_dropout_prob", 0.1),
+        attention_dropout=c("attention_probs_dropout_prob", 0.1), norm_first=False, positional="learned",
+        max_positions=c("max_position_embeddings", 512), n_classes=len(labels), layer_norm_eps=c("layer_norm_eps", 1e-12),
+        activation=activation, logits_bias=architecture == MLM, scale_embeddings=False, embedding_norm=True,
+        type_vocab_size=c("type_vocab_size", 2), pooler=architecture == CLASSIFIER)
+    info = {"task": "classify" if labels else "mlm", "labels": labels, "max_input_tokens": config.max_positions - 1,
+            "imported_from": {"format": "hf", "architecture": architecture}}
+    return Imported("encoder-only", config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
+
+
+def _labels(ckpt: Checkpoint) -> list[str]:
+    id2label = ckpt.field("id2label") or {str(i): f"LABEL_{i}" for i in range(ckpt.field("num_labels", 2))}
+    return [str(id2label[str(i)] if str(i) in id2label else id2label[i]) for i in range(len(id2label))]
+
+
+def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
+    from tokenizers import Tokenizer
+
+    text = read_tokenizer_json(ckpt)
+    backend = Tokenizer.from_str(text)
+    path = ckpt.directory / "tokenizer_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    specials = {}
+    for key, (default, aiayn_id) in SPECIALS.items():
+        token = settings.get(key) or default
+        token = token.get("content", default) if isinstance(token, dict) else token
+        hf_id = backend.token_to_id(token)
+        if hf_id is None:
+            raise Unsupported(f"{ckpt.directory / 'tokenizer.json'}: no {key} {token!r}")
+        specials[hf_id] = aiayn_id
+    return HFTokenizer(text, IdMap.build(ckpt.field("vocab_size"), specials), str(ckpt.directory / "tokenizer.json"))
+
+
+def export_model(model, tokenizers, info: dict, where: str) -> Exported:
+    cfg: EncoderOnlyConfig = model.config
+    classify = cfg.n_classes > 0
+    refuse_options(where, "BERT", {
+        "norm_first": (cfg.norm_first, False), "positional": (cfg.positional, "learned"),
+        "scale_embeddings": (cfg.scale_embeddings, False), "embedding_norm": (cfg.embedding_norm, True),
+        "attention_score": (cfg.attention_score, "scaled_dot"), "pooler": (cfg.pooler, classify),
+        "logits_bias": (cfg.logits_bias, not classify), "type_vocab_size > 0": (cfg.type_vocab_size > 0, True)})
+    tokenizer = tokenizers.src if tokenizers is not None else None
+    if not isinstance(tokenizer, HFTokenizer):
+        kind = getattr(tokenizer, "kind", "no")
+        raise Unsupported(f"{where}: a {kind} tokenizer has no BERT counterpart (a tokenizer imported from "
+                          "Hugging Face has)")
+    ids = tokenizer.ids
+    labels = info.get("labels") or []
+    config = {"model_type": "bert", "architectures": [CLASSIFIER if classify else MLM], "vocab_size": ids.hf_size,
+              "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+              "intermediate_size": cfg.d_ff, "hidden_act": ACTIVATIONS_OUT[cfg.activation],
+              "max_position_embeddings": cfg.max_positions, "type_vocab_size": cfg.type_vocab_size,
+              "layer_norm_eps": cfg.layer_norm_eps, "hidden_dropout_prob": cfg.dropout,
+              "attention_probs_dropout_prob": cfg.attention_dropout, "pad_token_id": ids.inverse[PAD_ID],
+              "tie_word_embeddings": True}
+    if classify:
+        config.update(id2label={str(i): x for i, x in enumerate(labels)}, label2id={x: i for i, x in enumerate(labels)})
+    files = {"tokenizer.json": tokenizer.json.encode("utf-8"),
+             "tokenizer_config.json": json_file({"tokenizer_class": "BertTokenizer",
+                                                 "model_max_length": cfg.max_positions,
+                                                 **{k: tokenizer.backend.id_to_token(ids.inverse[a])
+                                                    for k, (_, a) in SPECIALS.items()}})}
+    return Exported(config, dump_params(model.state_dict(), params(cfg, ids)), files)

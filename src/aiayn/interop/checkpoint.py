@@ -1,0 +1,202 @@
+"""Reading a Hugging Face model directory, and the weight tables that map it onto aiayn's.
+
+A `Checkpoint` is config.json plus safetensors weights (model.safetensors, or shards listed by
+model.safetensors.index.json). Weights are read with safetensors only: a directory holding
+pickled weights alone (pytorch_model.bin) is refused.
+
+A family module (`interop.marian`, `.gpt2`, `.bert`, `.vit`) lists its weights as `Param`s: an
+aiayn state-dict name, the Hugging Face names it is made of, and the two conversions, so that
+one table serves import (`load_params`) and export (`dump_params`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from aiayn.models.base import CONFIG_FILE
+
+WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
+
+
+class Unsupported(ValueError):
+    """A checkpoint or a model with a setting that does not map; the message names it, in one line."""
+
+
+class Checkpoint:
+    """A Hugging Face model directory: `config` (config.json) and its tensors, read lazily."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        path = self.directory / CONFIG_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: not found; is {directory} a Hugging Face model directory?")
+        try:
+            self.config: dict = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        self.files = self._weight_files()
+        self.names = {name: file for file, names in self.files.items() for name in names}
+
+    def _weight_files(self) -> dict[Path, list[str]]:
+        from safetensors import safe_open
+
+        d = self.directory
+        if (d / INDEX).is_file():
+            weight_map = json.loads((d / INDEX).read_text(encoding="utf-8"))["weight_map"]
+            files = sorted({d / f for f in weight_map.values()})
+        elif (d / WEIGHTS).is_file():
+            files = [d / WEIGHTS]
+        else:
+            pickled = [p.name for p in d.glob("*.bin")]
+            hint = f" ({', '.join(pickled)} is pickled and never read: save it as safetensors)" if pickled else ""
+            raise FileNotFoundError(f"{d / WEIGHTS}: not found{hint}")
+        out = {}
+        for f in files:
+            with safe_open(str(f), "pt") as handle:
+                out[f] = list(handle.keys())
+        return out
+
+    def field(self, name: str, default: Any = None) -> Any:
+        return self.config.get(name, default)
+
+    def has(self, name: str) -> bool:
+        return self._find(name) is not None
+
+    def _find(self, name: str) -> str | None:
+        """`name`, or `name` without its first component (weights saved from the base model, e.g.
+        GPT-2's `h.0...` for `transformer.h.0...`)."""
+        if name in self.names:
+            return name
+        short = name.partition(".")[2]
+        return short if short in self.names else None
+
+    def tensor(self, name: str) -> Tensor:
+        """The tensor `name`, in float32 (aiayn models are float32)."""
+        from safetensors import safe_open
+
+        found = self._find(name)
+        if found is None:
+            raise Unsupported(f"{self.directory}: no weight {name!r} in the checkpoint")
+        with safe_open(str(self.names[found]), "pt") as handle:
+            return handle.get_tensor(found).float()
+
+    def refuse(self, field: str, value: Any, why: str) -> Unsupported:
+        return Unsupported(f"{self.directory / CONFIG_FILE}: {field} = {value!r} does not map onto aiayn ({why})")
+
+
+# -- weight tables ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    """aiayn's tensor `aiayn` is `into([Hugging Face tensors named hf])`; `out` gives them back.
+    `optional`: the checkpoint may lack it (the aiayn tensor then keeps its initial value)."""
+
+    aiayn: str
+    hf: tuple[str, ...]
+    into: Callable[[list[Tensor]], Tensor]
+    out: Callable[[Tensor], list[Tensor]]
+    optional: bool = False
+
+
+def same(aiayn: str, hf: str, optional: bool = False) -> Param:
+    return Param(aiayn, (hf,), lambda ts: ts[0], lambda t: [t], optional)
+
+
+def transposed(aiayn: str, hf: str) -> Param:
+    """GPT-2's Conv1D stores (in, out); a Linear (out, in)."""
+    return Param(aiayn, (hf,), lambda ts: ts[0].t(), lambda t: [t.t()])
+
+
+def stacked(aiayn: str, hf: Sequence[str]) -> Param:
+    """Our in_proj stacks W^Q, W^K, W^V (3D, D), and their biases (3D,); Hugging Face keeps three."""
+    return Param(aiayn, tuple(hf), lambda ts: torch.cat(ts, 0), lambda t: list(t.chunk(len(hf), 0)))
+
+
+def linear(aiayn: str, hf: str, make: Callable[[str, str], Param] = same) -> list[Param]:
+    """Weight and bias of a linear map (or a LayerNorm's weight and bias)."""
+    return [make(f"{aiayn}.weight", f"{hf}.weight"), same(f"{aiayn}.bias", f"{hf}.bias")]
+
+
+def attention(aiayn: str, q: str, k: str, v: str, out: str) -> list[Param]:
+    """One `MultiHeadAttention` from separate query, key, value and output linear maps."""
+    return [stacked(f"{aiayn}.in_proj.{p}", [f"{n}.{p}" for n in (q, k, v)]) for p in ("weight", "bias")] + \
+        linear(f"{aiayn}.out_proj", out)
+
+
+def load_params(model: torch.nn.Module, params: Iterable[Param], ckpt: Checkpoint) -> None:
+    """Fill `model` from the checkpoint through `params`; every tensor of the model must be covered."""
+    state = model.state_dict()
+    covered = set()
+    for p in params:
+        covered.add(p.aiayn)
+        if p.optional and not all(ckpt.has(n) for n in p.hf):
+            continue
+        value = p.into([ckpt.tensor(n) for n in p.hf])
+        if value.shape != state[p.aiayn].shape:
+            raise Unsupported(f"{ckpt.directory}: {', '.join(p.hf)} has shape {tuple(value.shape)}, aiayn's "
+                              f"{p.aiayn} {tuple(state[p.aiayn].shape)}")
+        state[p.aiayn] = value
+    missing = sorted(set(state) - covered)
+    if missing:
+        raise Unsupported(f"{ckpt.directory}: nothing in the checkpoint for aiayn's {', '.join(missing[:3])}")
+    model.load_state_dict(state)
+
+
+def dump_params(state: Mapping[str, Tensor], params: Iterable[Param]) -> dict[str, Tensor]:
+    """The Hugging Face tensors of an aiayn state dict, contiguous on the CPU, each name once."""
+    out: dict[str, Tensor] = {}
+    for p in params:
+        for name, tensor in zip(p.hf, p.out(state[p.aiayn].detach().float().cpu())):
+            out[name] = tensor.contiguous().clone()
+    return out
+
+
+@dataclass
+class Imported:
+    """What a family makes of a checkpoint: an aiayn model's type and config, the weight table, the
+    tokenizers (a `TokenizerPair`, None for images) and task.json."""
+
+    model_type: str
+    config: Any
+    params: list[Param]
+    tokenizers: Any
+    task_info: dict
+
+
+@dataclass
+class Exported:
+    """What a family makes of an aiayn model: Hugging Face's config.json, its tensors by name, and
+    the other files of the directory (tokenizer, generation settings) by name."""
+
+    config: dict
+    tensors: dict[str, Tensor]
+    files: dict[str, bytes]
+
+
+def json_file(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def refuse_options(where: str, family: str, found: Mapping[str, tuple[Any, Any]]) -> None:
+    """`found`: option -> (its value, the one `family` has); the first that differs is refused."""
+    for name, (value, wanted) in found.items():
+        if value != wanted:
+            raise Unsupported(f"{where}: {name} = {value!r} has no {family} counterpart (it needs {wanted!r})")
+
+
+# Hugging Face's activation names (transformers' ACT2FN) -> aiayn's (`aiayn.config.ACTIVATIONS`), and back.
+ACTIVATIONS_IN = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                  "swish": "silu", "silu": "silu"}
+ACTIVATIONS_OUT = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "silu": "swish"}
+
+
+def activation_in(ckpt: Checkpoint, field: str, default: str) -> str:
+    name = ckpt.field(field, default)
+    if name not in ACTIVATIONS_IN:
+        raise ckpt.refuse(field, name, f"aiayn has {', '.join(ACTIVATIONS_IN)}")
+    return ACTIVATIONS_IN[name]

@@ -1,0 +1,120 @@
+"""`aiayn import hf SRC OUT` and `aiayn export hf MODEL_DIR OUT`: Hugging Face checkpoints in and out.
+
+    import_hf(src, out)        a Hugging Face model directory -> an aiayn model directory
+    export_hf(model_dir, out)  an aiayn model directory -> what `transformers` loads with from_pretrained
+
+One family module per architecture (`interop.marian`, `.gpt2`, `.bert`, `.vit`) holds its weight
+table, its tokenizer and its options; this module picks it and writes the directories, each beside
+its destination and renamed into place at the end (an earlier directory of the same kind there is
+replaced, any other non-empty directory is an error). Neither direction needs `transformers`:
+weights are safetensors, configs JSON, tokenizers sentencepiece or the `tokenizers` library.
+
+    Marian   MarianMTModel                                <-> encoder-decoder, task translation
+    GPT-2    GPT2LMHeadModel                              <-> decoder-only, task lm
+    BERT     BertForSequenceClassification, BertForMaskedLM <-> encoder-only (tokens), task classify / mlm
+    ViT      ViTForImageClassification                    <-> encoder-only (patches), task image-classify
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file
+
+log = logging.getLogger(__name__)
+
+FAMILIES = {"marian": "aiayn.interop.marian", "gpt2": "aiayn.interop.gpt2", "bert": "aiayn.interop.bert",
+            "vit": "aiayn.interop.vit"}  # Hugging Face's model_type -> the module that maps it
+
+
+def import_hf(src: str | Path, out: str | Path) -> Path:
+    """Convert the Hugging Face model directory `src` into the aiayn model directory `out`."""
+    from safetensors.torch import save_file  # noqa: F401  (fail early without safetensors)
+
+    from aiayn.data.tokenizer import save_tokenizers
+    from aiayn.decoding.translator import check_vocab
+    from aiayn.models import build_model
+    from aiayn.interop.checkpoint import load_params
+    from aiayn.tasks import write_task_info
+
+    ckpt = Checkpoint(src)
+    kind = ckpt.field("model_type")
+    if kind not in FAMILIES:
+        raise ckpt.refuse("model_type", kind, f"aiayn imports {', '.join(FAMILIES)}")
+    imported = importlib.import_module(FAMILIES[kind]).import_checkpoint(ckpt)
+    model = build_model(imported.model_type, imported.config)
+    load_params(model, imported.params, ckpt)
+    if imported.model_type == "encoder-decoder":
+        check_vocab(imported.config, imported.tokenizers, str(src))
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        if imported.tokenizers is not None:
+            save_tokenizers(imported.tokenizers, tmp)
+        write_task_info(tmp, imported.task_info)
+
+    _write_dir(Path(out), write)
+    log.info("imported %s (%s) to %s", src, kind, out)
+    return Path(out)
+
+
+def export_hf(model_dir: str | Path, out: str | Path) -> Path:
+    """Convert the aiayn model directory `model_dir` into a Hugging Face model directory `out`."""
+    from safetensors.torch import save_file
+
+    from aiayn.data.tokenizer import MANIFEST, load_tokenizers
+    from aiayn.io import atomic_write
+    from aiayn.models import load_model
+    from aiayn.tasks import read_task_info
+
+    model_dir = Path(model_dir)
+    info = read_task_info(model_dir)
+    model = load_model(model_dir)
+    tokenizers = load_tokenizers(model_dir) if (model_dir / MANIFEST).is_file() else None
+    exported = _family_of(model, model_dir).export_model(model, tokenizers, info, str(model_dir))
+
+    def write(tmp: Path) -> None:
+        for name, data in exported.files.items():
+            with atomic_write(tmp / name) as f:
+                f.write_bytes(data)
+        with atomic_write(tmp / "model.safetensors") as f:
+            save_file(exported.tensors, str(f), metadata={"format": "pt"})
+        with atomic_write(tmp / "config.json") as f:  # last: a directory with its config is complete
+            f.write_bytes(json_file(exported.config))
+
+    _write_dir(Path(out), write)
+    log.info("exported %s to %s (Hugging Face %s)", model_dir, out, exported.config["architectures"][0])
+    return Path(out)
+
+
+def _family_of(model, model_dir: Path):
+    from aiayn.models.base import CONFIG_FILE
+
+    kind = {"encoder-decoder": "marian", "decoder-only": "gpt2"}.get(model.model_type)
+    if model.model_type == "encoder-only":
+        kind = "vit" if model.config.input == "patches" else "bert"
+    if kind is None:
+        raise Unsupported(f"{model_dir / CONFIG_FILE}: a {model.model_type!r} model has no Hugging Face counterpart "
+                          "(encoder-decoder, decoder-only and encoder-only export)")
+    return importlib.import_module(FAMILIES[kind])
+
+
+def _write_dir(out: Path, write) -> None:
+    """`write(tmp)` fills a directory beside `out`, which then replaces `out`: a model directory
+    (config.json) or an empty one; anything else there is an error."""
+    from aiayn.io import replace_dir
+
+    if out.exists() and not (out / "config.json").is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(f"{out}: exists and is not a model directory; remove it or choose another")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        write(tmp)
+        replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
