@@ -126,6 +126,10 @@ def bert(directory: Path, mlm: bool = False, d_model: int = 16, layers: int = 2,
     wordpiece = BertWordPieceTokenizer(lowercase=True)
     texts = [line.split("\t")[0] for line in lines("sst2/train_full.tsv.gz", 500, skip=1)]
     wordpiece.train_from_iterator(texts, vocab_size=vocab_size, show_progress=False)
+    from tokenizers.processors import BertProcessing  # [CLS] text [SEP], as a BERT tokenizer.json has it
+
+    wordpiece.post_processor = BertProcessing(("[SEP]", wordpiece.token_to_id("[SEP]")),
+                                              ("[CLS]", wordpiece.token_to_id("[CLS]")))
     _save_tokenizer(wordpiece._tokenizer, directory, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
                     sep_token="[SEP]", mask_token="[MASK]")
     torch.manual_seed(seed)
@@ -135,12 +139,17 @@ def bert(directory: Path, mlm: bool = False, d_model: int = 16, layers: int = 2,
                         id2label={0: "negative", 1: "neutral", 2: "positive"},
                         label2id={"negative": 0, "neutral": 1, "positive": 2})
     model = (BertForMaskedLM if mlm else BertForSequenceClassification)(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():  # random biases and norms too, so that each one counts
-            if p.dim() == 1:
-                p.normal_(0.0, 0.1)
+    _randomize_vectors(model)
     model.save_pretrained(directory)
     return directory
+
+
+def _randomize_vectors(model) -> None:
+    """Biases, norm gains and ViT's [CLS] vector (zeros or ones at init) random, so that each one counts."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 or "cls_token" in name:
+                p.add_(torch.randn_like(p), alpha=0.1)
 
 
 def vit(directory: Path, d_model: int = 16, layers: int = 2, heads: int = 2, seed: int = 0) -> Path:
@@ -152,10 +161,7 @@ def vit(directory: Path, d_model: int = 16, layers: int = 2, heads: int = 2, see
                        intermediate_size=2 * d_model, image_size=8, patch_size=2, num_channels=1,
                        id2label={i: str(i) for i in range(10)}, label2id={str(i): i for i in range(10)})
     model = ViTForImageClassification(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 1 or p.shape[:2] == (1, 1):  # biases, norms, and the [CLS] vector (zeros at init)
-                p.normal_(0.0, 0.1)
+    _randomize_vectors(model)
     model.save_pretrained(directory)
     return directory
 

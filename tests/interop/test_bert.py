@@ -1,0 +1,88 @@
+"""BERT <-> aiayn's encoder-only model: classifier and MLM logits, the round trip, the tokenizer,
+the classify door."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hf_checkpoints import assert_logits_close, assert_same_tensors, lines
+from aiayn.config import PAD_ID
+from aiayn.data.tokenizer import load_tokenizers
+from aiayn.decoding.common import pad_sources
+from aiayn.interop import export_hf
+from aiayn.models import load_model
+
+TEXTS = ["a gorgeous , witty , seductive movie .", "the plot is nothing but boilerplate clichés from start to finish"]
+
+
+def _hf(directory, mlm: bool = False):
+    from transformers import AutoTokenizer, BertForMaskedLM, BertForSequenceClassification
+
+    cls = BertForMaskedLM if mlm else BertForSequenceClassification
+    return cls.from_pretrained(directory).eval(), AutoTokenizer.from_pretrained(directory)
+
+
+def _inputs(tok, toks):
+    """Hugging Face's padded batch, and ours: the same texts without [CLS] (the model adds it)."""
+    b = tok(TEXTS, return_tensors="pt", padding=True)
+    ours = pad_sources([toks.src.encode(t) for t in TEXTS], PAD_ID)
+    return b, ours
+
+
+def _compare_classifier(hf, tok, ours_dir) -> None:
+    model, toks = load_model(ours_dir), load_tokenizers(ours_dir)
+    b, ours = _inputs(tok, toks)
+    with torch.no_grad():
+        assert_logits_close(model.classify(ours), hf(**b).logits)
+
+
+def _compare_mlm(hf, tok, ours_dir) -> None:
+    model, toks = load_model(ours_dir), load_tokenizers(ours_dir)
+    b, ours = _inputs(tok, toks)
+    real = b["attention_mask"][:, 1:].bool()  # (B, T): positions after [CLS] that hold tokens
+    with torch.no_grad():
+        theirs = hf(**b).logits[:, 1:][real]
+        mine = model.mlm_logits(ours)[..., list(toks.src.ids.aiayn_of)][real]
+    assert_logits_close(mine, theirs)
+
+
+def test_import_gives_berts_classifier_logits(bert_dirs):
+    hf_dir, ours = bert_dirs
+    _compare_classifier(*_hf(hf_dir), ours)
+
+
+def test_import_gives_berts_mlm_logits(bert_mlm_dirs):
+    hf_dir, ours = bert_mlm_dirs
+    _compare_mlm(*_hf(hf_dir, mlm=True), ours)
+
+
+@pytest.mark.parametrize("mlm", [False, True])
+def test_export_gives_aiayns_logits_and_round_trip_tensors(bert_dirs, bert_mlm_dirs, tmp_path, mlm):
+    hf_dir, ours = bert_mlm_dirs if mlm else bert_dirs
+    out = export_hf(ours, tmp_path / "back")
+    assert_same_tensors(hf_dir, out)
+    (_compare_mlm if mlm else _compare_classifier)(*_hf(out, mlm), ours)
+
+
+def test_tokenizer_ids_equal_berts_on_1000_lines(bert_dirs):
+    hf_dir, ours = bert_dirs
+    _, tok = _hf(hf_dir)
+    side = load_tokenizers(ours).src
+    texts = [line.split("\t")[0] for line in lines("sst2/train_full.tsv.gz", 1000, skip=2000)]
+    theirs = tok(texts)["input_ids"]
+    assert [[tok.cls_token_id] + side.hf_ids(side.encode(t)) for t in texts] == theirs
+    assert [side.decode(side.encode(t)) for t in texts] == tok.batch_decode(theirs, skip_special_tokens=True)
+
+
+def test_classify_door_gives_berts_probabilities(bert_dirs):
+    import aiayn
+
+    hf_dir, ours = bert_dirs
+    hf, tok = _hf(hf_dir)
+    with torch.no_grad():
+        probs = hf(**tok(TEXTS, return_tensors="pt", padding=True)).logits.softmax(-1)
+    out = aiayn.load_pipeline(ours)(TEXTS)
+    assert [label for label, _ in out] == [hf.config.id2label[int(i)] for i in probs.argmax(-1)]
+    assert [p for _, p in out] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
+    assert aiayn.load_pipeline(ours).attention(TEXTS[0]).describe()

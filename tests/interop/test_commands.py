@@ -1,0 +1,45 @@
+"""`aiayn import hf` and `aiayn export hf` from the command line: the round trip, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from hf_checkpoints import assert_same_tensors
+from aiayn.cli import main
+
+
+def test_import_then_export_from_the_command_line(gpt2_dirs, tmp_path, capsys):
+    hf_dir, _ = gpt2_dirs
+    assert main(["import", "hf", str(hf_dir), str(tmp_path / "ours")]) == 0
+    assert json.loads((tmp_path / "ours" / "task.json").read_text())["task"] == "lm"
+    assert main(["export", "hf", str(tmp_path / "ours"), str(tmp_path / "back")]) == 0
+    assert "imported" in capsys.readouterr().out
+    assert_same_tensors(hf_dir, tmp_path / "back")
+
+
+def test_unknown_model_type_and_pickled_weights_are_one_line_errors(gpt2_dirs, tmp_path, capsys):
+    hf_dir, _ = gpt2_dirs
+    odd = tmp_path / "odd"
+    shutil.copytree(hf_dir, odd)
+    config = json.loads((odd / "config.json").read_text())
+    (odd / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    assert main(["import", "hf", str(odd), str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "model_type = 'llama' does not map onto aiayn" in err and err.count("\n") == 1
+    (odd / "model.safetensors").rename(odd / "pytorch_model.bin")
+    assert main(["import", "hf", str(odd), str(tmp_path / "a")]) == 2
+    assert "pytorch_model.bin is pickled and never read" in capsys.readouterr().err
+
+
+def test_export_refuses_a_tokenizer_without_a_counterpart(tmp_path, capsys):
+    from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, save_tokenizers
+    from aiayn.models import DecoderOnly, DecoderOnlyConfig
+
+    tok = CharTokenizer.from_text("hello world")
+    DecoderOnly(DecoderOnlyConfig(vocab_size=tok.vocab_size, d_model=8, n_heads=2, n_layers=1, d_ff=16)).save_pretrained(
+        tmp_path / "m")
+    save_tokenizers(TokenizerPair.shared(tok), tmp_path / "m")
+    assert main(["export", "hf", str(tmp_path / "m"), str(tmp_path / "hf")]) == 2
+    assert "a chars tokenizer has no GPT-2 counterpart" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
