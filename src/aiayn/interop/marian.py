@@ -14,9 +14,10 @@ Export writes what `MarianMTModel.from_pretrained` and `MarianTokenizer.from_pre
 aiayn model trained with interleaved sinusoids (the paper's layout) exports too: the residual
 stream's dimensions are permuted (`residual_permutation`) so that its sinusoids are Marian's halves;
 every weight that reads or writes the stream is permuted alike, so the function is the same.
-The decoding settings go to generation_config.json: beam size and maximum length; Marian's pad is
-never generated (`bad_words_ids`). The length penalty does not: aiayn's GNMT form has no
-counterpart, and Hugging Face's `length_penalty` is aiayn's "plain" form (see the README).
+Decoding settings: an import takes generation_config.json's beam size and length penalty, as
+aiayn's "plain" form |Y|^α (what Hugging Face's is); an export writes the beam size, and Marian's pad
+is never generated (`bad_words_ids`). aiayn's GNMT penalty has no Hugging Face counterpart, and
+generate's default early stopping (False) is a heuristic that aiayn's exact search does not copy.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from aiayn.interop.vocab import IdMap
 
 ARCHITECTURE = "MarianMTModel"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default
+HF_LENGTH_PENALTY = 1.0  # generate's default α
 
 
 # -- the weight table ------------------------------------------------------------------------------
@@ -131,8 +133,9 @@ def _read_json(path: Path) -> dict:
 
 def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     """task.json: a translation model, its language pair when the directory says it (tokenizer_config's
-    source_lang/target_lang, else a name like opus-mt-de-en), the beam of generation_config.json and
-    aiayn's other decoding defaults; sources cut at the position table's length."""
+    source_lang/target_lang, else a name like opus-mt-de-en), the beam and length penalty of
+    generation_config.json (Hugging Face's |Y|^α: the "plain" form), aiayn's maximum length
+    (|src| + 50); sources cut at the position table's length."""
     from aiayn.config import DecodeConfig
     import dataclasses
 
@@ -143,7 +146,9 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     if not all(isinstance(x, str) and x for x in pair):
         found = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", d.resolve().name)
         pair = list(found.groups()) if found else None
-    decode = DecodeConfig(beam_size=int(generation.get("num_beams", DecodeConfig.beam_size)))
+    decode = DecodeConfig(beam_size=int(generation.get("num_beams", DecodeConfig.beam_size)),
+                          length_penalty=float(generation.get("length_penalty", HF_LENGTH_PENALTY)),
+                          length_penalty_form="plain")
     info = {"task": "translation", "decode": dataclasses.asdict(decode), "keep": "start",
             "max_input_tokens": config.max_positions, "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
     return {**info, "languages": pair} if pair else info
@@ -180,7 +185,8 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
     decode = info.get("decode", {})
     files["generation_config.json"] = json_file({
         "decoder_start_token_id": pad, "pad_token_id": pad, "eos_token_id": eos, "forced_eos_token_id": eos,
-        "bad_words_ids": [[pad]], "num_beams": decode.get("beam_size", 4), "max_length": cfg.max_positions})
+        "bad_words_ids": [[pad]], "num_beams": decode.get("beam_size", 4), "max_length": cfg.max_positions,
+        **({"length_penalty": decode["length_penalty"]} if decode.get("length_penalty_form") == "plain" else {})})
     return Exported(config, tensors, files)
 
 
