@@ -140,7 +140,8 @@ def main(argv=None) -> int:
         model_dir = import_hf(hf_dir, tmp / "aiayn")
         print(f"built and imported a random Marian (d_model {args.d_model}, {args.layers}+{args.layers} layers, "
               f"vocabulary {args.vocab}) in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-        peers = {"aiayn": lambda: ours(model_dir, texts, args), "transformers": lambda: hf_generate(hf_dir, texts, args)}
+        peers = {"aiayn": lambda: ours(model_dir, texts, args),
+                 "transformers": lambda: hf_generate(hf_dir, texts, args)}
         if not args.no_ct2:
             peers["ctranslate2"] = lambda: ct2_translate(hf_dir, texts, args, tmp)
         rows = []

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging; tracebacks for errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = importlib.import_module(f"aiayn.commands.{name}_" if keyword.iskeyword(name) else f"aiayn.commands.{name}")
+        module = importlib.import_module(f"aiayn.commands.{name}{'_' if keyword.iskeyword(name) else ''}")  # import_
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_checkpoints import assert_logits_close, assert_same_tensors, lines, marian
-from aiayn.config import BOS_ID, EOS_ID, DecodeConfig, TransformerConfig
+from aiayn.config import BOS_ID, EOS_ID, TransformerConfig
 from aiayn.data.tokenizer import load_tokenizers
 from aiayn.decoding.common import pad_sources
 from aiayn.interop import export_hf, import_hf

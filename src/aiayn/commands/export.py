@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
                                         "BertForMaskedLM (tokens) or ViTForImageClassification (patches), with its "
                                         "tokenizer; an option with no counterpart is refused.")
     hf.add_argument("model", metavar="MODEL_DIR", help="an aiayn model directory")
-    hf.add_argument("output", metavar="OUT_DIR", help="where to write it (an earlier model directory there is replaced)")
+    hf.add_argument("output", metavar="OUT_DIR", help="where to write it (an earlier model directory is replaced)")
 
 
 def run(args) -> int:

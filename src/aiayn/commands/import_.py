@@ -13,8 +13,8 @@ def add_arguments(p) -> None:
                                         "BertForMaskedLM or ViTForImageClassification directory (safetensors "
                                         "weights; pickled ones are not read) into an aiayn model directory that "
                                         "every aiayn command takes.")
-    hf.add_argument("source", metavar="SRC_DIR", help="the Hugging Face model directory, e.g. a downloaded opus-mt-de-en")
-    hf.add_argument("output", metavar="OUT_DIR", help="the aiayn model directory to write (an earlier one there is replaced)")
+    hf.add_argument("source", metavar="SRC_DIR", help="a Hugging Face model directory, e.g. a downloaded opus-mt-de-en")
+    hf.add_argument("output", metavar="OUT_DIR", help="the aiayn model directory to write (an earlier one is replaced)")
 
 
 def run(args) -> int:

@@ -77,7 +77,8 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         vocab_size=tokenizer.ids.size, d_model=c("hidden_size"), n_heads=c("num_attention_heads"),
         n_layers=c("num_hidden_layers"), d_ff=c("intermediate_size"), dropout=c("hidden_dropout_prob", 0.1),
         attention_dropout=c("attention_probs_dropout_prob", 0.1), norm_first=False, positional="learned",
-        max_positions=c("max_position_embeddings", 512), n_classes=len(labels), layer_norm_eps=c("layer_norm_eps", 1e-12),
+        max_positions=c("max_position_embeddings", 512), n_classes=len(labels),
+        layer_norm_eps=c("layer_norm_eps", 1e-12),
         activation=activation, logits_bias=architecture == MLM, scale_embeddings=False, embedding_norm=True,
         type_vocab_size=c("type_vocab_size", 2), pooler=architecture == CLASSIFIER)
     info = {"task": "classify" if labels else "mlm", "labels": labels, "max_input_tokens": config.max_positions - 1,
@@ -116,11 +117,7 @@ def export_model(model, tokenizers, info: dict, where: str) -> Exported:
         "scale_embeddings": (cfg.scale_embeddings, False), "embedding_norm": (cfg.embedding_norm, True),
         "attention_score": (cfg.attention_score, "scaled_dot"), "pooler": (cfg.pooler, classify),
         "logits_bias": (cfg.logits_bias, not classify), "type_vocab_size > 0": (cfg.type_vocab_size > 0, True)})
-    tokenizer = tokenizers.src if tokenizers is not None else None
-    if not isinstance(tokenizer, HFTokenizer):
-        kind = getattr(tokenizer, "kind", "no")
-        raise Unsupported(f"{where}: a {kind} tokenizer has no BERT counterpart (a tokenizer imported from "
-                          "Hugging Face has)")
+    tokenizer = HFTokenizer.of(tokenizers, where, "BERT")
     ids = tokenizer.ids
     labels = info.get("labels") or []
     config = {"model_type": "bert", "architectures": [CLASSIFIER if classify else MLM], "vocab_size": ids.hf_size,

@@ -58,7 +58,8 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         activation=activation_in(ckpt, "activation_function", "gelu_new"), logits_bias=True)
     from aiayn.data.tokenizer import TokenizerPair
 
-    info = {"task": "lm", "block": config.max_positions, "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
+    info = {"task": "lm", "block": config.max_positions,
+            "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
     return Imported("decoder-only", config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
 
 
@@ -77,11 +78,7 @@ def export_model(model, tokenizers, info: dict, where: str) -> Exported:
         "norm_first": (cfg.norm_first, True), "positional": (cfg.positional, "learned"),
         "scale_embeddings": (cfg.scale_embeddings, False), "tie_output": (cfg.tie_output, True),
         "attention_score": (cfg.attention_score, "scaled_dot")})
-    tokenizer = tokenizers.src if tokenizers is not None else None
-    if not isinstance(tokenizer, HFTokenizer):
-        kind = getattr(tokenizer, "kind", "no")
-        raise Unsupported(f"{where}: a {kind} tokenizer has no GPT-2 counterpart (a tokenizer imported from "
-                          "Hugging Face has)")
+    tokenizer = HFTokenizer.of(tokenizers, where, "GPT-2")
     ids = tokenizer.ids
     if cfg.logits_bias and bool(ids.rows_out(model.logits_bias.detach()).ne(0).any()):
         raise Unsupported(f"{where}: logits_bias is not zero, and GPT-2 has no logits bias")

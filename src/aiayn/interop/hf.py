@@ -33,8 +33,6 @@ FAMILIES = {"marian": "aiayn.interop.marian", "gpt2": "aiayn.interop.gpt2", "ber
 
 def import_hf(src: str | Path, out: str | Path) -> Path:
     """Convert the Hugging Face model directory `src` into the aiayn model directory `out`."""
-    from safetensors.torch import save_file  # noqa: F401  (fail early without safetensors)
-
     from aiayn.data.tokenizer import save_tokenizers
     from aiayn.decoding.translator import check_vocab
     from aiayn.models import build_model

@@ -89,6 +89,16 @@ class HFTokenizer(_Mapped):
         self.json, self.ids = tokenizer_json, ids
 
     @classmethod
+    def of(cls, tokenizers, where: str, family: str) -> "HFTokenizer":
+        """The model directory's tokenizer (a `TokenizerPair` or None), which must be one of these to
+        export as `family`'s; else an error naming its type."""
+        tokenizer = tokenizers.src if tokenizers is not None else None
+        if not isinstance(tokenizer, cls):
+            raise ValueError(f"{where}: a {getattr(tokenizer, 'kind', 'no')} tokenizer has no {family} counterpart "
+                             "(a tokenizer imported from Hugging Face has)")
+        return tokenizer
+
+    @classmethod
     def from_bytes(cls, data: bytes, source: str = "<bytes>") -> "HFTokenizer":
         obj = _read_json(data, source, ("tokenizer", "ids"))
         return cls(json.dumps(obj["tokenizer"], ensure_ascii=False), IdMap.from_dict(obj["ids"]), source)
