@@ -142,6 +142,7 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     d = ckpt.directory
     settings = _read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
     generation = _read_json(d / "generation_config.json") if (d / "generation_config.json").is_file() else {}
+    generation = {**ckpt.config, **generation}  # older opus-mt configs hold num_beams in config.json
     pair = [settings.get("source_lang"), settings.get("target_lang")]
     if not all(isinstance(x, str) and x for x in pair):
         found = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", d.resolve().name)
