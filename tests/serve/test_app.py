@@ -107,7 +107,7 @@ def test_api_key_and_operations(model_dir):
         assert c.post("/translate", json={"q": SENTENCE, "api_key": "wrong"}).status_code == 403
         assert c.post("/translate", json={"q": SENTENCE, "api_key": "secret"}).status_code == 200
         assert c.get("/health").json()["status"] == "ok"
-        metrics = c.get("/metrics").json()
+        metrics = c.get("/v1/metrics").json()
         assert metrics["requests"] == 1 and metrics["queue_length"] == 0 and metrics["latency_ms"]["p50"] is not None
         page = c.get("/")
         assert page.status_code == 200 and "heatmap" in page.text and "http" not in page.text.split("<script>")[1]

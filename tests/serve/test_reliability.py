@@ -16,7 +16,7 @@ pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test 
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
+from aiayn.serve.app import BatchConfig, ServeLimits, create_app, serve  # noqa: E402
 from tiny_models import task_clients  # noqa: E402
 
 
@@ -140,7 +140,8 @@ def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
         raise RuntimeError("a bug in decoding")
 
     monkeypatch.setattr(TranslationPipeline, "languages", broken)  # a 500 from the app itself
-    with TestClient(create_app(task_dirs["translation"]), raise_server_exceptions=False) as client:
+    app = create_app(task_dirs["translation"], batching=BatchConfig(worker="thread"))  # run is patched in this process
+    with TestClient(app, raise_server_exceptions=False) as client:
         assert client.post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200
         for _ in range(3):
             assert client.get("/languages").status_code == 500
@@ -149,7 +150,7 @@ def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
         assert client.get("/nowhere").status_code == 404
         monkeypatch.setattr(TranslationPipeline, "run", failing)  # a 500 from the batcher's worker
         assert client.post("/translate", json={"q": "a b"}).status_code == 500
-        metrics = client.get("/metrics").json()
+        metrics = client.get("/v1/metrics").json()
     assert metrics["responses"] == {"2xx": 1, "4xx": 3, "5xx": 4}
     assert metrics["errors"] == 1  # the batcher's own count: decoding failures only
 
@@ -218,7 +219,8 @@ def test_the_bound_covers_receiving_only(task_dirs, live_server, monkeypatch):
         return run(self, items, **options)
 
     limits = ServeLimits(receive_timeout_s=BOUND)
-    url = urlsplit(live_server(create_app(task_dirs["translation"], limits=limits), limits=limits))
+    app = create_app(task_dirs["translation"], batching=BatchConfig(worker="thread"), limits=limits)  # run is patched here
+    url = urlsplit(live_server(app, limits=limits))
     monkeypatch.setattr(TranslationPipeline, "run", slow_run)
     with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
         sock.sendall(HEAD + BODY)

@@ -1,4 +1,4 @@
-"""`aiayn serve MODEL_DIR`: the model behind HTTP, batched across requests, with a web page at /."""
+"""`aiayn serve MODEL_DIR [MODEL_DIR ...]`: the models behind HTTP, batched across requests, with a web page at /."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ from aiayn.serve.app import ServeLimits
 from aiayn.serve.batcher import BatchConfig
 from aiayn.training.config import RunConfig
 
-HELP = "serve a model directory over HTTP (LibreTranslate-compatible /translate, /v1/..., a web page at /)"
+HELP = "serve model directories over HTTP (LibreTranslate-compatible /translate, /v1/..., a web page at /)"
 
 _B, _L = BatchConfig(), ServeLimits()
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", help="model directory written by `aiayn train` (any task with an inference door), "
-                                 "or with --backend ctranslate2 one written by `aiayn export ctranslate2`")
+    p.add_argument("model", nargs="+",
+                   help="model directories written by `aiayn train` (any task with an inference door), "
+                        "or with --backend ctranslate2 ones written by `aiayn export ctranslate2`; translation "
+                        "models of different language pairs share /translate, routed by source and target")
     p.add_argument("--backend", choices=("native", "ctranslate2"), default="native",
                    help="decode with aiayn itself (native, the default) or with CTranslate2 (ctranslate2: "
                         "an export directory; no attention weights)")
@@ -22,6 +24,9 @@ def add_arguments(p) -> None:
                    help="address to bind (default: 127.0.0.1, this machine only; another without --api-key warns)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
+    p.add_argument("--api-keys", metavar="FILE", default=None,
+                   help="require one of the keys of this JSON file, each with its requests and characters per "
+                        'minute, e.g. {"KEY": {"requests_per_minute": 60, "chars_per_minute": 20000}}; over -> 429')
     p.add_argument("--max-batch", type=int, default=_B.max_batch, help=f"texts decoded together: in flight at once in continuous beam search, per call otherwise; "
                         f"1 turns batching off (default: {_B.max_batch})")
     p.add_argument("--max-wait-ms", type=float, default=_B.max_wait_ms,
@@ -36,6 +41,9 @@ def add_arguments(p) -> None:
     p.add_argument("--receive-timeout", type=float, default=_L.receive_timeout_s,
                    help=f"seconds a client has to send a whole request; a connection still sending then is closed "
                         f"(default: {_L.receive_timeout_s:g})")
+    p.add_argument("--worker", choices=("process", "thread"), default=_B.worker,
+                   help=f"where the model decodes: a worker process of its own (restarted if it dies) or a thread of "
+                        f"the HTTP process (default: {_B.worker})")
     p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 
@@ -47,8 +55,11 @@ def run(args) -> int:
     from aiayn.runtime import resolve_device
     from aiayn.serve.app import serve
 
-    batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout)
-    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, keep_alive_s=args.keep_alive,
+    from aiayn.serve.keys import read_api_keys
+
+    batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout, args.worker)
+    keys = tuple(read_api_keys(args.api_keys).items()) if args.api_keys else ()
+    limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, api_keys=keys, keep_alive_s=args.keep_alive,
                          receive_timeout_s=args.receive_timeout)
     serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend)
     return 0

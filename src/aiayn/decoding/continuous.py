@@ -75,6 +75,31 @@ class ContinuousBeamSearch:
         self.pending += [(list(ids), int(key)) for ids, key in zip(sources, keys)]
 
     @torch.inference_mode()
+    def cancel(self, keys: Sequence[int]) -> int:
+        """Drop the sentences under `keys`, waiting or searching: a searching one's rows leave the
+        cache at the next step's join, as an ended sentence's do, and are never decoded again.
+        Returns how many sentences were dropped (unknown or ended keys are ignored)."""
+        gone = {int(k) for k in keys}
+        waiting = len(self.pending)
+        self.pending = [(ids, key) for ids, key in self.pending if key not in gone]
+        dropped = waiting - len(self.pending)
+        for key in gone:
+            self.finished.pop(key, None)
+        if self.beams is None:
+            return dropped
+        b, K = self.beams, self.config.beam_size
+        keep = ~torch.isin(b.ids, torch.tensor(sorted(gone), dtype=b.ids.dtype, device=b.ids.device))  # (B',)
+        if bool(keep.all()):
+            return dropped
+        rows = torch.arange(b.last.numel(), device=b.last.device) if self.live is None else self.live  # (B'·K,)
+        self.beams = _State(b.last.view(-1, K)[keep].reshape(-1), b.scores[keep], b.history[keep], b.start[keep],
+                            b.limits[keep], b.ids[keep], b.finished)
+        self.live = rows.view(-1, K)[keep].reshape(-1)  # the cache rows of the beams kept
+        if self.beams.ids.numel() == 0:
+            self.cache = self.beams = self.live = None
+        return dropped + int((~keep).sum())
+
+    @torch.inference_mode()
     def step(self) -> list[tuple[int, list[Hypothesis]]]:
         """Advance every sentence by one token; -> (key, n-best list) of each sentence that ended."""
         if self.live is not None or (self.pending and self._time_to_join()):

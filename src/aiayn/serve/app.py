@@ -1,16 +1,21 @@
-"""`aiayn serve`: a model directory behind HTTP (FastAPI), batched across requests.
+"""`aiayn serve`: model directories behind HTTP (FastAPI), batched across requests.
 
-The routes are the model's: `aiayn.tasks.load_pipeline` reads the directory's task.json and its
+The routes are the models': `aiayn.tasks.load_pipeline` reads each directory's task.json and its
 pipeline lists them (`Pipeline.routes`), e.g. for a translation model LibreTranslate's
 POST /translate and GET /languages, and POST /v1/translate; /v1/summarize, /v1/answer,
-/v1/generate or /v1/classify for the other tasks. Every server adds GET /health, GET /metrics (the
-batcher's counters and the responses per status class), GET /docs (FastAPI's OpenAPI page) and
-GET / (the web page). This module names no task: a request's fields reach the pipeline's handler,
-whose items go through the batcher to `run`.
+/v1/generate or /v1/classify for the other tasks. Several translation directories share those
+routes: a request goes to the directory whose pipeline accepts its `source` and `target`
+(`Pipeline.accepts`), /languages lists every pair of the server, and a pair none serves is a 400
+that lists them. Every server adds GET /health, GET /metrics (Prometheus' text format), GET
+/v1/metrics (the same counters as JSON), GET /docs (FastAPI's OpenAPI page) and GET / (the web
+page). This module names no task: a request's fields reach the pipeline's handler, whose items go
+through the batcher to the pipeline's `run`, `session` or `stream`, in a worker process
+(`serve.worker`) unless `BatchConfig.worker` is "thread". A handler that answers with an async
+iterator of events (`"stream": true`) is sent as server-sent events.
 
-Fields come as a JSON body, form fields or query parameters. With an api key, every route that
-runs the model checks it, sent as the `api_key` field (body, form or query) or an
-`Authorization: Bearer` header.
+Fields come as a JSON body, form fields or query parameters. With api keys (`--api-key`, or
+`--api-keys FILE` with limits per key: `serve.keys`), every route that runs the model checks the
+key, sent as the `api_key` field (body, form or query) or an `Authorization: Bearer` header.
 
 Backends: "native" decodes with aiayn itself; a text-to-text pipeline also takes "ctranslate2"
 (a directory written by `aiayn export ctranslate2`), which has no attention weights.
@@ -18,22 +23,27 @@ Backends: "native" decodes with aiayn itself; a text-to-text pipeline also takes
 Limits (`ServeLimits`) turn bad input into a 4xx that hurts nobody else: 413 for text over
 `max_chars` or more than `max_texts` texts, 422 for a wrong type, an empty text or an unknown
 field or a number that is not finite, 400 for malformed JSON or JSON nested over 16 deep, 403 for
-a wrong or missing api key when the server has one, 503 (with Retry-After) when the queue is full,
-504 after the request timeout. An error repeats at most 300 characters of the request. A client
-that has not sent its whole request within `receive_timeout_s` loses its connection.
+a wrong or missing api key when the server has one, 429 (with Retry-After) for a key over its
+limits, 503 (with Retry-After) when the queue is full or the decoder process died, 504 after the
+request timeout. An error repeats at most 300 characters of the request. A client that has not
+sent its whole request within `receive_timeout_s` loses its connection; one that disconnects
+while its request is decoded takes it out of the running search at the next step.
 """
 
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the route annotations at definition
+import contextlib
 import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull
-from aiayn.serve.limits import ServeLimits
-from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, check_key, request_fields, shorten
+from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull, Unavailable
+from aiayn.serve.keys import UNLIMITED, KeyRing, given_key
+from aiayn.serve.limits import KeyLimits, ServeLimits
+from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, request_fields, shorten
 from aiayn.serve.server import is_loopback, uvicorn_config
+from aiayn.serve.worker import PipelineRunner, WorkerProcess
 from aiayn.tasks import RequestError, Route
 
 log = logging.getLogger(__name__)
@@ -42,34 +52,57 @@ STATIC = Path(__file__).parent / "static"
 
 
 class ModelService:
-    """The pipeline of one model directory and the batcher in front of its `run`: what a route
-    handler sees as `server` (`decode`, `limits`)."""
+    """The pipeline of one model directory and the batcher in front of its `run`, `session` and
+    `stream`: what a route handler sees as `server` (`decode`, `stream`, `limits`, `directions`).
+
+    With `batching.worker == "process"` the model decodes in a worker process of its own
+    (`WorkerProcess`); this process keeps a copy of the pipeline on the CPU for the handlers,
+    which read requests and shape answers but never decode."""
 
     def __init__(self, model_dir: str | Path, device: str, batching: BatchConfig, limits: ServeLimits,
                  backend: str = "native"):
         from aiayn.tasks import load_pipeline
 
         self.model_dir, self.limits, self.backend = Path(model_dir), limits, backend
-        self.pipeline = load_pipeline(model_dir, device=device, backend=backend)
+        in_process = batching.worker == "thread"
+        self.pipeline = load_pipeline(model_dir, device=device if in_process else "cpu", backend=backend)
         self.task = self.pipeline.task
-        self.batcher = DynamicBatcher(self._run, batching, session=self._session)
-
-    def _session(self, options: tuple):
-        return self.pipeline.session(**dict(options))
-
-    def _run(self, items: list, options: tuple) -> list:
-        """In the batcher's worker: the items of several requests with the same `options`."""
-        return self.pipeline.run(items, **dict(options))
+        self.worker = PipelineRunner(self.pipeline) if in_process else WorkerProcess(model_dir, device, backend)
+        self.batcher = DynamicBatcher(self.worker.run, batching, session=self.worker.session, stream=self.worker.stream)
+        self.directions: tuple = self.pipeline.directions()  # every pair of the whole server: `create_app` sets it
 
     async def decode(self, items: list, **options) -> list:
-        try:
+        with self.problems():
             return await self.batcher.submit(items, tuple(sorted(options.items())))
+
+    async def stream(self, item, **options):
+        """The pieces of one item's output, as they are decoded (`Pipeline.stream`)."""
+        with self.problems():
+            async for piece in self.batcher.stream(item, tuple(sorted(options.items()))):
+                yield piece
+
+    @contextlib.contextmanager
+    def problems(self):
+        """The batcher's failures as HTTP answers."""
+        try:
+            yield
         except QueueFull as e:
             raise HTTPProblem(503, f"server busy: {e}", {"Retry-After": "1"}) from None
+        except Unavailable as e:
+            raise HTTPProblem(503, f"the decoder restarted: {e}", {"Retry-After": "1"}) from None
         except asyncio.TimeoutError:
             raise HTTPProblem(504, f"no answer within {self.batcher.config.timeout_s:g} s") from None
         except RuntimeError as e:
             raise HTTPProblem(500, str(e)) from None
+
+    def snapshot(self) -> dict:
+        return {**self.batcher.stats.snapshot(self.batcher.queue_length),
+                "worker_pid": getattr(self.worker, "pid", None), "worker_restarts": getattr(self.worker, "restarts", 0)}
+
+    def close(self) -> None:
+        """Finish the queue, then stop the worker process (if any)."""
+        self.batcher.close()
+        getattr(self.worker, "close", lambda: None)()
 
 
 class StatusCounts:
@@ -99,21 +132,74 @@ class StatusCounts:
             raise
 
 
-def add_route(app, service: ModelService, route: Route) -> None:
-    """`route` of the pipeline as an endpoint: fields in, the api key checked, the handler's answer out."""
+def add_route(app, served: list, keys: KeyRing) -> None:
+    """One endpoint for a route that one or more directories serve (`served`: [(service, route)], all of
+    one method and path): fields in, the directory that accepts them chosen (`Pipeline.accepts`), the
+    api key checked, the handler's answer out (server-sent events for an async iterator of events)."""
     from fastapi import Request
 
-    handler = getattr(service.pipeline, route.handler)
+    first_service, first = served[0]
+    handler = getattr(first_service.pipeline, first.handler)
 
     async def endpoint(request: Request):
         fields = await request_fields(request)
+        service, route = next(((s, r) for s, r in served if s.pipeline.accepts(fields)), served[0])
         if route.runs_model:
-            check_key(request, fields, service.limits)
+            keys.check(given_key(request, fields), fields)
         fields.pop("api_key", None)
-        return await handler(fields, service)
+        return await until_disconnected(request, answer(getattr(service.pipeline, route.handler)(fields, service)))
 
     endpoint.__doc__ = handler.__doc__
-    app.add_api_route(route.path, endpoint, methods=[route.method], summary=route.summary)
+    app.add_api_route(first.path, endpoint, methods=[first.method], summary=first.summary)
+
+
+async def answer(handled):
+    """A handler's answer: as it is, or, for an async iterator of events, its first event awaited
+    (so that a refusal or a full queue is still an HTTP error) and then a stream of server-sent events."""
+    from fastapi.responses import StreamingResponse
+
+    result = await handled
+    if not hasattr(result, "__aiter__"):
+        return result
+    first = await result.__anext__()
+
+    async def events():
+        try:
+            yield sse(first)
+            async for event in result:
+                yield sse(event)
+        except RequestError as e:  # after the 200 has gone: the error is the last event
+            yield sse({"error": shorten(str(e)), "status": e.status}, "error")
+        finally:
+            await result.aclose()
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def sse(event: dict, kind: str = "") -> str:
+    return (f"event: {kind}\n" if kind else "") + f"data: {json.dumps(event)}\n\n"
+
+
+async def until_disconnected(request, work):
+    """`work` awaited, unless the client disconnects first: then it is cancelled (a request still
+    queued is dropped, one being decoded leaves the search at its next step) and nobody is answered."""
+    from fastapi.responses import Response
+
+    async def disconnected():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task, watch = asyncio.ensure_future(work), asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+    if task.cancelled():
+        log.info("%s %s: the client went away; its work was dropped", request.method, request.url.path)
+        return Response(status_code=499)  # nginx's "client closed request": for the access log and /metrics only
+    return task.result()
 
 
 def page_form(routes) -> Optional[dict]:
@@ -125,25 +211,38 @@ def page_form(routes) -> Optional[dict]:
 
 
 # -- the application ---------------------------------------------------------------------------
-def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig = BatchConfig(),
+def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu", batching: BatchConfig = BatchConfig(),
                limits: ServeLimits = ServeLimits(), backend: str = "native"):
-    """The FastAPI application serving `model_dir` with `backend` ("native", or "ctranslate2" for a text-to-text export); the batcher stops
-    (finishing its queue) on shutdown."""
+    """The FastAPI application serving one model directory or several (`model_dir`: a path or a list)
+    with `backend` ("native", or "ctranslate2" for a text-to-text export). Directories whose
+    pipelines share a route (two translation models) share its endpoint, which picks the one that
+    accepts a request (its language pair); two directories of one route without languages to tell
+    them apart are an error. The batchers stop (finishing their queues) on shutdown."""
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import FileResponse, JSONResponse
+    from fastapi.responses import FileResponse, JSONResponse, Response
 
-    service = ModelService(model_dir, device, batching, limits, backend)
+    dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
+    if not dirs:
+        raise ValueError("no model directory to serve")
+    services = [ModelService(d, device, batching, limits, backend) for d in dirs]
+    directions = tuple(dict.fromkeys(pair for s in services for pair in s.pipeline.directions()))
+    for service in services:
+        service.directions = directions
+    routes = routes_of(services)
+    keys = KeyRing(dict(limits.api_keys) or ({limits.api_key: UNLIMITED} if limits.api_key else {}))
 
     @asynccontextmanager
     async def lifespan(app):
         yield
-        await asyncio.to_thread(service.batcher.close)
+        for service in services:
+            await asyncio.to_thread(service.close)
 
-    app = FastAPI(title="aiayn", description=f"{service.task} with {model_dir}", lifespan=lifespan)
-    app.state.service = service
+    names = ", ".join(f"{s.task} with {s.model_dir}" for s in services)
+    app = FastAPI(title="aiayn", description=names, lifespan=lifespan)
+    app.state.service, app.state.services = services[0], services
     responses: Counter = Counter()
     app.add_middleware(StatusCounts, counts=responses)
 
@@ -160,37 +259,74 @@ def create_app(model_dir: str | Path, device: str = "cpu", batching: BatchConfig
     @app.get("/health")
     async def health():
         """What the server runs, and what the web page needs: the route it offers, whether a key is needed."""
-        return {"status": "ok", "task": service.task, "model": str(model_dir), "backend": service.backend,
-                "routes": [r.path for r in service.pipeline.routes], "command": service.pipeline.command,
-                "needs_key": bool(limits.api_key), "form": page_form(service.pipeline.routes)}
+        first = services[0]
+        return {"status": "ok", "task": first.task, "model": str(first.model_dir), "backend": first.backend,
+                "routes": list(dict.fromkeys(r.path for _, r in routes)), "command": first.pipeline.command,
+                "needs_key": bool(keys), "form": page_form([r for _, r in routes]),
+                "languages": [list(pair) for pair in directions],
+                "models": [{"model": str(s.model_dir), "task": s.task, "routes": [r.path for r in s.pipeline.routes],
+                            "directions": [list(p) for p in s.pipeline.directions()]} for s in services]}
+
+    def snapshot() -> dict:
+        return {"models": {str(s.model_dir): s.snapshot() for s in services},
+                "responses": dict(sorted(responses.items())), "refused": dict(sorted(keys.refused.items()))}
+
+    @app.get("/v1/metrics")
+    async def json_metrics():
+        """The counters as JSON: the first directory's batcher at the top level, every directory's under "models"."""
+        counts = snapshot()
+        return {**counts["models"][str(services[0].model_dir)], **counts}
 
     @app.get("/metrics")
     async def metrics():
-        batcher = service.batcher.stats.snapshot(service.batcher.queue_length)
-        return {**batcher, "responses": dict(sorted(responses.items()))}
+        """The same counters in Prometheus' text format."""
+        from aiayn.serve.metrics import prometheus_text
+
+        body, content_type = prometheus_text(snapshot)
+        return Response(body, media_type=content_type)
 
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html")
 
-    for route in service.pipeline.routes:
-        add_route(app, service, route)
+    grouped: dict = {}
+    for service, route in routes:
+        grouped.setdefault((route.method, route.path), []).append((service, route))
+    for served in grouped.values():
+        add_route(app, served, keys)
     return app
 
 
-def serve(model_dir: str | Path, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
+def routes_of(services: list) -> list:
+    """(service, route) for every route of every directory; a route several directories share must
+    be told apart by language (each of them translates named pairs)."""
+    pairs, owner = [], {}
+    for service in services:
+        for route in service.pipeline.routes:
+            key = (route.method, route.path)
+            other = owner.setdefault(key, service)
+            if other is not service and not (other.pipeline.directions() and service.pipeline.directions()):
+                raise ValueError(f"{route.method} {route.path} is a route of both {other.model_dir} and "
+                                 f"{service.model_dir}: serve them apart (only translation models of named "
+                                 "language pairs share a route)")
+            pairs.append((service, route))
+    return pairs
+
+
+def serve(model_dir: str | Path | Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits(), backend: str = "native") -> None:
-    """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting and finishes in-flight requests."""
+    """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting, finishes in-flight requests,
+    and the batchers finish their queues before the worker processes stop."""
     import uvicorn
 
     if limits.keep_alive_s <= batching.timeout_s:
         log.warning("the keep-alive (%g s) is not longer than the request timeout (%g s): uvicorn may cut off a "
                     "waiting request when it ends (see ServeLimits.keep_alive_s)", limits.keep_alive_s, batching.timeout_s)
-    if not limits.api_key and not is_loopback(host):
+    if not (limits.api_key or limits.api_keys) and not is_loopback(host):
         log.warning("serving on %s without an api key: anyone who can reach this address can run the model "
                     "(aiayn serve --api-key KEY)", host)
     app = create_app(model_dir, device, batching, limits, backend)
     uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
 
 
-__all__ = ["BatchConfig", "ServeLimits", "create_app", "serve"]
+__all__ = ["BatchConfig", "KeyLimits", "ServeLimits", "create_app", "serve"]

@@ -17,7 +17,15 @@ enqueues and awaits, so it never blocks on the model. The worker batches in one 
                  if it is still queued it is dropped, so no work is done for nobody
     failure      a batch that raises is retried one request at a time, so one bad request
                  fails alone and never the others batched with it (a continuous step that
-                 raises ends the session, and its requests are retried that way)
+                 raises ends the session, and its requests are retried that way); a decoder
+                 that is gone (`Unavailable`: its worker process died) fails every request it
+                 held at once, with no retry, and the queued ones wait for its successor
+    cancelled    a request whose client went away (its awaiting task cancelled) or whose timeout
+                 passed is marked; queued, it is dropped; in a running continuous search its
+                 sentences leave at the next step (`session.cancel`), and a stream stops at its
+                 next piece; `Stats.cancelled` counts the texts dropped while being decoded
+    streams      `stream(text, options)` decodes one text alone through `stream(text, options)`,
+                 handing each piece to the event loop as it comes
     shutdown     `close()` stops taking requests and lets the worker finish what is queued
 """
 
@@ -29,7 +37,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, AsyncIterator, Callable, Hashable, Iterator, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +46,23 @@ class QueueFull(Exception):
     """The queue holds `max_queue` requests already."""
 
 
+class Unavailable(Exception):
+    """The decoder is gone (e.g. its worker process died): the requests it held fail with this."""
+
+
 @dataclass(frozen=True)
 class BatchConfig:
     max_batch: int = 32  # texts decoded together
     max_wait_ms: float = 10.0  # how long the first request of a batch waits for company (whole calls)
     max_queue: int = 256  # requests waiting; beyond this, 503
     timeout_s: float = 60.0  # per request, queueing included
+    worker: str = "process"  # where the model decodes: a worker "process" of its own, or a "thread" of the server's
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_queue < 1 or self.max_wait_ms < 0 or self.timeout_s <= 0:
             raise ValueError(f"invalid batching settings: {self}")
+        if self.worker not in ("process", "thread"):
+            raise ValueError(f"worker must be 'process' or 'thread', got {self.worker!r}")
 
 
 @dataclass
@@ -57,7 +72,11 @@ class _Request:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.monotonic)
-    cancelled: bool = False
+    cancelled: str = ""  # why nobody waits for the answer any more: "timeout" | "disconnect"; "" = live
+    pieces: asyncio.Queue | None = None  # a stream's ("piece", text), then ("end", None) or ("error", exception)
+
+
+CANCEL_REASONS = ("timeout", "disconnect")
 
 
 class Stats:
@@ -67,6 +86,8 @@ class Stats:
         self.lock = threading.Lock()
         self.requests = self.texts = self.rejected = self.timeouts = self.errors = self.batches = 0
         self.steps = self.step_texts = 0  # continuous batching: decoding steps, and texts in flight summed over them
+        self.in_flight = self.streams = self.unavailable = 0  # texts being decoded now; streamed requests; 503s
+        self.cancelled: collections.Counter = collections.Counter()  # reason -> texts dropped while being decoded
         self.batch_sizes: collections.Counter = collections.Counter()
         self.latencies: collections.deque = collections.deque(maxlen=10_000)
 
@@ -78,6 +99,9 @@ class Stats:
                     "timeouts": self.timeouts, "errors": self.errors, "batches": self.batches,
                     "batch_sizes": dict(sorted(self.batch_sizes.items())), "queue_length": queue_length,
                     "continuous_steps": self.steps, "continuous_texts_in_flight": self.step_texts,
+                    "texts_in_flight": self.in_flight, "streams": self.streams,
+                    "cancelled_texts": {reason: self.cancelled[reason] for reason in CANCEL_REASONS},
+                    "unavailable": self.unavailable,
                     "latency_ms": {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)}}
 
 
@@ -88,12 +112,15 @@ class DynamicBatcher:
     requests (in order) and must return one output per text. `session(options)`, if given,
     returns a continuous session for these options, or None: `add(request, texts)` between
     steps, `step() -> [(request, outputs)]` for the requests that are complete, and `len()`
-    the requests it has not answered yet (`aiayn.decoding.translator.ContinuousTranslation`).
+    the requests it has not answered yet (`aiayn.decoding.translator.ContinuousTranslation`), and
+    `cancel(request) -> texts dropped`. `stream(text, options)`, if given, returns an iterator of
+    the pieces of one text's output (`Pipeline.stream`).
     """
 
     def __init__(self, run: Callable[[list[str], Any], Sequence[Any]], config: BatchConfig = BatchConfig(),
-                 session: Callable[[Any], Any] | None = None):
-        self.run, self.config, self.session = run, config, session
+                 session: Callable[[Any], Any] | None = None,
+                 stream: Callable[[str, Any], Iterator[str]] | None = None):
+        self.run, self.config, self.session, self.stream_run = run, config, session, stream
         self.queue: collections.deque[_Request] = collections.deque()
         self.cond = threading.Condition()
         self.stats = Stats()
@@ -102,8 +129,44 @@ class DynamicBatcher:
         self.worker.start()
 
     async def submit(self, texts: list[str], options: Hashable = None) -> list[Any]:
+        request = self._enqueue(texts, options)
+        try:
+            return await asyncio.wait_for(asyncio.shield(request.future), self.config.timeout_s)
+        except asyncio.TimeoutError:
+            self._cancel(request, "timeout")  # queued: the worker skips it; decoding: it leaves the search
+            raise
+        except asyncio.CancelledError:  # the client went away
+            self._cancel(request, "disconnect")
+            raise
+        finally:
+            self._count(request)
+
+    async def stream(self, text: str, options: Hashable = None) -> AsyncIterator[str]:
+        """The pieces of `text`'s output as the worker decodes them; the timeout covers the whole stream."""
+        if self.stream_run is None:
+            raise RuntimeError("this batcher has no stream function")
+        request = self._enqueue([text], options, stream=True)
+        deadline = request.enqueued + self.config.timeout_s
+        try:
+            while True:
+                kind, value = await asyncio.wait_for(request.pieces.get(), max(0.0, deadline - time.monotonic()))
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise value
+                yield value
+        except asyncio.TimeoutError:
+            self._cancel(request, "timeout")
+            raise
+        except (asyncio.CancelledError, GeneratorExit):  # the client went away, or stopped reading
+            self._cancel(request, "disconnect")
+            raise
+        finally:
+            self._count(request)
+
+    def _enqueue(self, texts: list[str], options: Hashable, stream: bool = False) -> _Request:
         loop = asyncio.get_running_loop()
-        request = _Request(list(texts), options, loop.create_future(), loop)
+        request = _Request(list(texts), options, loop.create_future(), loop, pieces=asyncio.Queue() if stream else None)
         with self.cond:
             if self.closed:
                 raise QueueFull("the server is shutting down")
@@ -113,18 +176,19 @@ class DynamicBatcher:
                 raise QueueFull(f"{len(self.queue)} requests are waiting")
             self.queue.append(request)
             self.cond.notify()
-        try:
-            return await asyncio.wait_for(asyncio.shield(request.future), self.config.timeout_s)
-        except asyncio.TimeoutError:
-            request.cancelled = True  # still queued: the worker skips it
+        return request
+
+    def _cancel(self, request: _Request, reason: str) -> None:
+        request.cancelled = reason
+        if reason == "timeout":
             with self.stats.lock:
                 self.stats.timeouts += 1
-            raise
-        finally:
-            with self.stats.lock:
-                self.stats.requests += 1
-                self.stats.texts += len(request.texts)
-                self.stats.latencies.append(time.monotonic() - request.enqueued)
+
+    def _count(self, request: _Request) -> None:
+        with self.stats.lock:
+            self.stats.requests += 1
+            self.stats.texts += len(request.texts)
+            self.stats.latencies.append(time.monotonic() - request.enqueued)
 
     @property
     def queue_length(self) -> int:
@@ -143,8 +207,14 @@ class DynamicBatcher:
             head = self._wait_for_work()
             if head is None:
                 return
+            if head.pieces is not None:
+                self._stream(self._pop(head))
+                continue
             batching = self.session is not None and self.config.max_batch > 1  # max_batch 1: batching off
-            session = self.session(head.options) if batching else None
+            try:
+                session = self.session(head.options) if batching else None
+            except Unavailable:
+                continue  # the decoder died before this request reached it: the next try starts its successor
             if session is not None:
                 self._drive(session, head.options)
                 continue
@@ -166,35 +236,106 @@ class DynamicBatcher:
 
     def _drive(self, session, options: Hashable) -> None:
         """Step `session` until it has answered every request it took. Before each step it takes,
-        in arrival order, the queued requests with these options that fit in `max_batch` texts."""
+        in arrival order, the queued requests with these options that fit in `max_batch` texts,
+        and lets go of the requests nobody waits for any more."""
         in_flight: dict[int, _Request] = {}
-        texts = 0  # in flight
-        while True:
-            joining = self._admit(options, self.config.max_batch - texts, first=not in_flight)
-            for r in joining:
+        try:
+            while True:
+                self._drop_cancelled(session, in_flight)
+                texts = sum(len(r.texts) for r in in_flight.values())
+                for r in self._admit(options, self.config.max_batch - texts, first=not in_flight):
+                    try:
+                        session.add(id(r), r.texts)
+                    except Unavailable:
+                        in_flight[id(r)] = r
+                        raise
+                    except Exception:  # noqa: BLE001  this request alone fails
+                        self._decode([r])
+                        continue
+                    in_flight[id(r)] = r
+                    texts += len(r.texts)
+                self._set_in_flight(texts)
+                if not in_flight:
+                    return
                 try:
-                    session.add(id(r), r.texts)
-                except Exception:  # noqa: BLE001  this request alone fails
-                    self._decode([r])
-                    continue
-                in_flight[id(r)] = r
-                texts += len(r.texts)
-            if not in_flight:
-                return
-            try:
-                done = session.step()
-            except Exception:  # noqa: BLE001  retried one request at a time, as whole calls are
-                log.exception("continuous decoding failed; retrying its %d requests one by one", len(in_flight))
-                for r in in_flight.values():
-                    self._decode([r])
-                return
+                    done = session.step()
+                except Unavailable:
+                    raise
+                except Exception:  # noqa: BLE001  retried one request at a time, as whole calls are
+                    log.exception("continuous decoding failed; retrying its %d requests one by one", len(in_flight))
+                    for r in in_flight.values():
+                        self._decode([r])
+                    return
+                with self.stats.lock:
+                    self.stats.steps += 1
+                    self.stats.step_texts += texts
+                for key, outputs in done:
+                    _deliver(in_flight.pop(key), result=outputs)
+        except Unavailable as e:
+            self._unavailable(list(in_flight.values()), e)
+        finally:
+            self._set_in_flight(0)
+
+    def _drop_cancelled(self, session, in_flight: dict[int, _Request]) -> None:
+        """Take the requests nobody waits for out of the running search, before its next step."""
+        for key in [key for key, r in in_flight.items() if r.cancelled]:
+            r = in_flight.pop(key)
+            dropped = session.cancel(key)
             with self.stats.lock:
-                self.stats.steps += 1
-                self.stats.step_texts += texts
-            for key, outputs in done:
-                r = in_flight.pop(key)
-                texts -= len(r.texts)
-                _deliver(r, result=outputs)
+                self.stats.cancelled[r.cancelled] += dropped
+            log.info("%d text(s) left the running search (%s)", dropped, r.cancelled)
+
+    def _set_in_flight(self, texts: int) -> None:
+        with self.stats.lock:
+            self.stats.in_flight = texts
+
+    def _unavailable(self, requests: list[_Request], error: BaseException) -> None:
+        """Every request the gone decoder held fails with `Unavailable` (the server answers 503)."""
+        log.error("the decoder is gone (%s): %d request(s) answered unavailable", error, len(requests))
+        with self.stats.lock:
+            self.stats.unavailable += len(requests)
+        for r in requests:
+            if r.pieces is not None:
+                _deliver_piece(r, ("error", Unavailable(str(error))))
+            else:
+                _deliver(r, error=Unavailable(str(error)))
+
+    def _pop(self, request: _Request) -> _Request:
+        with self.cond:
+            self.queue.remove(request)
+        return request
+
+    def _stream(self, r: _Request) -> None:
+        """Decode the one text of a stream request, handing each piece over as it comes; stop at the
+        first piece after the request was cancelled (nothing more is decoded for it)."""
+        with self.stats.lock:
+            self.stats.streams += 1
+        self._set_in_flight(1)
+        pieces = None
+        try:
+            pieces = self.stream_run(r.texts[0], r.options)
+            for piece in pieces:
+                if r.cancelled:
+                    with self.stats.lock:
+                        self.stats.cancelled[r.cancelled] += 1
+                    log.info("a stream stopped (%s)", r.cancelled)
+                    return
+                _deliver_piece(r, ("piece", piece))
+            _deliver_piece(r, ("end", None))
+        except Unavailable as e:
+            self._unavailable([r], e)
+        except ValueError as e:  # a request the pipeline refuses (RequestError)
+            _deliver_piece(r, ("error", e))
+        except Exception:  # noqa: BLE001  it fails alone
+            log.exception("streaming failed")
+            with self.stats.lock:
+                self.stats.errors += 1
+            _deliver_piece(r, ("error", RuntimeError("decoding failed")))
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # a generator stopped early: nothing more is decoded
+            self._set_in_flight(0)
 
     def _admit(self, options: Hashable, room: int, first: bool) -> list[_Request]:
         """Queued requests to join a running session: from the head, while they have `options`
@@ -246,6 +387,9 @@ class DynamicBatcher:
             self.stats.batch_sizes[len(texts)] += 1
         try:
             outputs = list(self.run(texts, batch[0].options))
+        except Unavailable as e:
+            self._unavailable(batch, e)
+            return
         except Exception:  # noqa: BLE001  one request's bad input must not fail the others: retry alone
             if len(batch) > 1:
                 for r in batch:
@@ -260,6 +404,13 @@ class DynamicBatcher:
         for r in batch:
             _deliver(r, result=outputs[start:start + len(r.texts)])
             start += len(r.texts)
+
+
+def _deliver_piece(request: _Request, event: tuple) -> None:
+    try:
+        request.loop.call_soon_threadsafe(request.pieces.put_nowait, event)
+    except RuntimeError:  # its event loop has closed
+        pass
 
 
 def _deliver(request: _Request, result: Any = None, error: BaseException | None = None) -> None:

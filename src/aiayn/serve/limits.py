@@ -1,15 +1,30 @@
-"""What one server allows: request sizes, decoding bounds, the api key and connection timeouts."""
+"""What one server allows: request sizes, decoding bounds, the api keys and connection timeouts."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from aiayn.tasks import InputLimits
+
+
+@dataclass(frozen=True)
+class KeyLimits:
+    """What one api key may ask for in a minute (`aiayn serve --api-keys FILE`; see `serve.keys`)."""
+
+    requests_per_minute: int = 60
+    chars_per_minute: int = 100_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{f.name} must be a whole number of at least 1, got {value!r}")
 
 
 @dataclass(frozen=True)
 class ServeLimits(InputLimits):
     max_beam: int = 16
     max_len_b: int = 256
-    api_key: str = ""  # "" = no key needed; any key sent is ignored
+    api_key: str = ""  # "" = no key needed (unless api_keys); any key sent is ignored
+    api_keys: tuple = ()  # ((key, KeyLimits), ...): keys with limits of their own (`serve.keys.read_api_keys`)
     # An idle keep-alive connection stays open this long; it must exceed the request timeout. uvicorn
     # can arm its keep-alive timer after the next request on a connection has already arrived (its
     # issues #1637, #2097); the timer then cuts that request off unanswered when it fires. With

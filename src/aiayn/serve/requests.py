@@ -1,5 +1,5 @@
 """A request's fields, however they came (query, JSON body, form), read defensively: bounded JSON,
-finite numbers, short error messages, the api key checked in constant time."""
+finite numbers, short error messages."""
 
 import json
 import math
@@ -8,7 +8,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from aiayn.serve.limits import ServeLimits
 from aiayn.tasks import RequestError
 
 
@@ -96,15 +95,3 @@ def shorten(message: str) -> str:
     1 MB input never comes back as a 1 MB error; a float JSON cannot write is a string here too."""
     limit = 100 + MAX_ECHO
     return message if len(message) <= limit else f"{message[:limit]}... ({len(message) - limit} characters cut)"
-
-
-def check_key(request, fields: dict, limits: ServeLimits) -> None:
-    """The server's api key, when it has one, sent as a field or as `Authorization: Bearer KEY`."""
-    if not limits.api_key:
-        return
-    import hmac
-
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    given = fields.get("api_key", token if scheme.lower() == "bearer" else None)
-    if not (isinstance(given, str) and hmac.compare_digest(given.encode(), limits.api_key.encode())):  # constant time
-        raise HTTPProblem(403, "invalid api_key" if given else "this server needs an api_key")

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, ClassVar, Mapping, Optional
+from typing import Callable, ClassVar, Iterator, Mapping, Optional
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from aiayn.config import PAD_ID
 from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
-from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts
+from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts, text_events
 from aiayn.tasks.settings import VocabSettings, check_fraction
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
@@ -86,6 +86,7 @@ class GenerateRequest:
     top_k: Optional[int] = None
     top_p: Optional[float] = None
     seed: Optional[int] = None
+    stream: bool = False  # server-sent events: a piece of text at a time
 
 
 class Generator(Pipeline):
@@ -139,22 +140,34 @@ class Generator(Pipeline):
             raise RequestError(f"max_new_tokens must be a whole number from 1 to {self.max_new_tokens_limit}")
         if r.method not in ("sample", "greedy"):
             raise RequestError(f"method must be 'sample' or 'greedy', got {r.method!r}")
-        options = {k: v for k, v in dataclasses.asdict(r).items() if k != "prompt"}
+        options = {k: v for k, v in dataclasses.asdict(r).items() if k not in ("prompt", "stream")}
         try:
             from aiayn.config import SamplingConfig
 
             SamplingConfig(**{k: options[k] for k in ("temperature", "top_k", "top_p", "seed") if options[k] is not None})
         except (TypeError, ValueError) as e:
             raise RequestError(str(e)) from None
+        if r.stream:
+            return text_events(server.stream(r.prompt, **options))
         return {"text": (await server.decode([r.prompt], **options))[0]}
 
-    @torch.inference_mode()
     def generate(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
                  **sampling) -> str:
         """The prompt's continuation (without the prompt). `sampling`: temperature, top_k, top_p."""
+        return self.tokenizer.decode(list(self.tokens(prompt, max_new_tokens, method, seed, **sampling)))
+
+    def stream(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
+               **sampling) -> Iterator[str]:
+        """`generate`'s text in pieces, as it is generated; joined, they are what `generate` returns."""
+        from aiayn.decoding.streaming import text_pieces
+
+        return text_pieces(self.tokens(prompt, max_new_tokens, method, seed, **sampling), self.tokenizer.decode)
+
+    def tokens(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
+               **sampling) -> Iterator[int]:
+        """The ids of the prompt's continuation, one at a time, window after window (see the class)."""
         from aiayn.config import SamplingConfig
-        from aiayn.decoding.greedy import greedy_search
-        from aiayn.decoding.sampling import sample
+        from aiayn.decoding.streaming import pick_greedy, pick_sample, stream_tokens
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
@@ -162,6 +175,7 @@ class Generator(Pipeline):
         device = next(self.model.parameters()).device
         config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
         generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+        pick = pick_greedy if method == "greedy" else pick_sample(config, generator)
         block = self.model.config.max_positions if self.model.max_output_length is not None else None
         if block is not None and len(ids) >= block:
             log.warning("a prompt of %d tokens: the first %d dropped (the model's block is %d tokens; the last "
@@ -171,15 +185,13 @@ class Generator(Pipeline):
             history = ids + out
             window = history if block is None or len(history) < block else history[-(block // 2):]
             n = max_new_tokens - len(out) if block is None else min(max_new_tokens - len(out), block - len(window))
-            src = torch.tensor([window], device=device)
-            if method == "greedy":
-                new = greedy_search(self.model, src, 0.0, n)[0]
-            else:
-                new = sample(self.model, src, config, generator=generator, max_len_a=0.0, max_len_b=n)[0]
-            out += new
-            if len(new) < n:  # the model ended the text
-                break
-        return self.tokenizer.decode(out)
+            new = 0
+            for token in stream_tokens(self.model, torch.tensor([window], device=device), pick, 0.0, n):
+                out.append(token)
+                new += 1
+                yield token
+            if new < n:  # the model ended the text
+                return
 
     def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
         """The causal self-attention over the text of `line` (nothing generated)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, ClassVar, Iterator, Optional, Sequence
 
 
 class RequestError(ValueError):
@@ -30,8 +30,10 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class Route:
-    """An HTTP route of a pipeline: `handler` names its coroutine method `(fields, server) -> dict`;
-    `server` offers `decode(items, **options)` (batched `run`) and `limits`."""
+    """An HTTP route of a pipeline: `handler` names its coroutine method `(fields, server) -> dict`
+    (or an async iterator of events, which the server sends as server-sent events); `server` offers
+    `decode(items, **options)` (batched `run`), `stream(item, **options)` (an async iterator of the
+    pieces of `stream`), `limits` and `directions` (every language pair the whole server translates)."""
 
     method: str  # "GET" | "POST"
     path: str
@@ -74,6 +76,16 @@ def check_fields(fields: dict, allowed: Sequence[str]) -> None:
         raise RequestError(f"unknown field(s) {', '.join(unknown)}; this route takes {', '.join(allowed)}")
 
 
+async def text_events(pieces: AsyncIterator[str]) -> AsyncIterator[dict]:
+    """A streamed answer's events: {"piece": text} for each new piece, then {"text": the whole text,
+    "done": true}."""
+    parts = []
+    async for piece in pieces:
+        parts.append(piece)
+        yield {"piece": piece}
+    yield {"text": "".join(parts), "done": True}
+
+
 def one_line(text: str) -> str:
     """An output never breaks line alignment: line breaks inside it become spaces."""
     return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
@@ -102,6 +114,23 @@ class Pipeline:
 
     def run(self, items: list, progress: Optional[Callable[[int], None]] = None, **options) -> list:
         raise NotImplementedError
+
+    def directions(self) -> tuple[tuple[str, str], ...]:
+        """The (source, target) language pairs this pipeline translates; () = it is not chosen by
+        language. A server holding several model directories lists them all (/languages)."""
+        return ()
+
+    def accepts(self, fields: dict) -> bool:
+        """Whether this pipeline answers a request with these `fields` on a route that several of a
+        server's directories share (the first that accepts answers; if none does, the first answers,
+        and refuses with its own error)."""
+        return True
+
+    def stream(self, item, **options) -> Iterator[str]:
+        """The output of one model item as it is decoded, a piece (of text) at a time; joined, the
+        pieces are what `run` gives for the item with these options. Pipelines that cannot stream
+        refuse it with a RequestError."""
+        raise RequestError(f"a {self.task} model does not stream its output", 400)
 
     def session(self, **options):
         """A continuous-batching session (see `aiayn.decoding.translator.ContinuousTranslation`) for

@@ -14,10 +14,12 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Iterator, Literal
+
+import torch
 
 from aiayn.data.preprocess import ParallelDataset, load_parallel
-from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts
+from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, text_events
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
@@ -60,28 +62,63 @@ class TranslationPipeline(TextPipeline):
     def translate(self, texts, **options) -> list:
         return self(texts, **options)
 
-    def pair(self) -> tuple[str, str]:
-        pair = self.info.get("languages") or ["src", "tgt"]
-        return pair[0], pair[1]
+    def directions(self) -> tuple[tuple[str, str], ...]:
+        """task.json's "directions" (a multilingual model: one source, a tag per target), else its
+        "languages" pair; () for a directory that names no languages (it takes any pair)."""
+        if self.info.get("directions"):
+            return tuple((s, t) for s, t in self.info["directions"])
+        pair = self.info.get("languages")
+        return ((pair[0], pair[1]),) if pair else ()
+
+    def accepts(self, fields: dict) -> bool:
+        return self.direction(fields) is not None
+
+    def direction(self, fields: dict) -> tuple[str, str] | None:
+        """The served pair that a request's `source` and `target` ask for ("auto", "" or absent: any)."""
+        given = fields.get("source"), fields.get("target")
+        if not self.directions():
+            return ("", "")
+        return next((pair for pair in self.directions()
+                     if all(g in (None, "", "auto", want) for g, want in zip(given, pair))), None)
+
+    def tagged(self, texts: list[str], target: str) -> list[str]:
+        """What the model reads to translate `texts` into `target`: a multilingual model's sources
+        start with the target's tag (task.json's "target_tag", e.g. "<2{}>": Johnson et al., 2017)."""
+        tag = self.info.get("target_tag")
+        return [f"{tag.format(target)} {t}" for t in texts] if tag and target else texts
+
+    def sources(self, fields: dict, texts: list[str], server) -> list[str]:
+        """`texts` of a request for the pair its `source` and `target` ask for, tagged; a pair
+        this model does not serve is a 400 that lists every pair the server does."""
+        pair = self.direction(fields)
+        if pair is None:
+            served = ", ".join(f"{s} -> {t}" for s, t in server.directions) or "no named pair"
+            raise RequestError(f"this server translates {served}; {fields.get('source') or 'auto'} -> "
+                               f"{fields.get('target') or 'auto'} is not served", 400)
+        return self.tagged(texts, pair[1])
 
     async def libretranslate(self, fields: dict, server) -> dict:
         """`q` (a string or a list), `source`, `target`, `format` -> {"translatedText": ...}."""
         check_fields(fields, ["q", "source", "target", "format", "alternatives"])
-        source, target = self.pair()
-        for name, want in (("source", source), ("target", target)):
-            given = fields.get(name)
-            if given not in (None, "", "auto", want) and self.info.get("languages"):
-                raise RequestError(f"this server translates {source} -> {target}; {name} {given!r} is not served", 400)
+        for name in ("source", "target"):
+            if not isinstance(fields.get(name, ""), str):
+                raise RequestError(f"{name} must be a language code")
         if fields.get("format", "text") != "text":
             raise RequestError(f"format must be 'text', got {fields.get('format')!r}")
         if "q" not in fields:
             raise RequestError("missing field q")
-        results = await server.decode(check_texts(fields["q"], server.limits, "q"))
+        texts = self.sources(fields, check_texts(fields["q"], server.limits, "q"), server)
+        results = await server.decode(texts)
         return {"translatedText": results if isinstance(fields["q"], list) else results[0]}
 
     async def languages(self, fields: dict, server) -> list:
-        source, target = self.pair()
-        return [{"code": source, "name": source, "targets": [target]}]
+        """Every language pair of the server, LibreTranslate style: one entry per source with its targets."""
+        targets: dict[str, list[str]] = {}
+        for source, target in server.directions:
+            targets.setdefault(source, [])
+            if target not in targets[source]:
+                targets[source].append(target)
+        return [{"code": s, "name": s, "targets": t} for s, t in targets.items()]
 
     async def native(self, fields: dict, server) -> dict:
         """{"text": [...], "method", "beam_size", "length_penalty", "max_len_b", "nbest",
@@ -92,10 +129,34 @@ class TranslationPipeline(TextPipeline):
         beam = r.beam_size if r.method == "beam" else 1
         if r.nbest > beam:
             raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
-        results = await server.decode(r.text, method=r.method, beam_size=beam, length_penalty=r.length_penalty,
-                                      max_len_b=r.max_len_b, no_repeat_ngram_size=r.no_repeat_ngram_size,
-                                      nbest=r.nbest if beam > 1 else None, return_attention=r.return_attention)
+        texts = self.sources({"source": r.source, "target": r.target}, r.text, server)
+        options = dict(method=r.method, beam_size=beam, length_penalty=r.length_penalty, max_len_b=r.max_len_b,
+                       no_repeat_ngram_size=r.no_repeat_ngram_size)
+        if r.stream:
+            if beam > 1 or len(texts) > 1 or r.return_attention:
+                raise RequestError("stream: one text, decoded with method greedy or sample, without attention", 400)
+            return text_events(server.stream(texts[0], **options))
+        results = await server.decode(texts, **options, nbest=r.nbest if beam > 1 else None,
+                                      return_attention=r.return_attention)
         return {"translations": [_native_result(x) for x in results]}
+
+    def stream(self, source: str, **options) -> Iterator[str]:
+        """The translation of one source (as `run` gives it with these options) in pieces of text as
+        it is decoded: greedy search or sampling only (a beam's best changes until it ends)."""
+        if self.backend != "native":
+            raise RequestError(f"stream: not available with the {self.backend} backend", 400)
+        from aiayn.decoding.common import encode_source
+        from aiayn.decoding.streaming import stream_search, text_pieces
+
+        tr = self.translator
+        decode, sampling = tr.settings(options)
+        if decode.method == "beam" and decode.beam_size > 1:
+            raise RequestError("stream: beam search has no output until it ends; use method greedy or sample", 400)
+        from aiayn.decoding.translator import line_seed
+
+        src = torch.tensor([encode_source(tr.tokenizers.src, source, tr.max_input_tokens, tr.keep)], device=tr.device)
+        seed = None if sampling.seed is None else line_seed(sampling.seed, 0)  # as `translate` seeds its first line
+        return text_pieces(stream_search(tr.decoder, src, decode, sampling, seed), tr.tokenizers.tgt.decode)
 
 
 @dataclass(frozen=True)
@@ -103,13 +164,16 @@ class NativeRequest:
     """The body of /v1/translate: only these fields, each bounded by the server's limits."""
 
     text: list
-    method: Literal["beam", "greedy"] = "beam"
+    method: Literal["beam", "greedy", "sample"] = "beam"
     beam_size: int = 4
     length_penalty: float = 0.6
     max_len_b: int = 50
     nbest: int = 1
     no_repeat_ngram_size: int = 0
     return_attention: bool = False
+    source: str = ""  # a language pair the server translates ("": the model's own, or its first)
+    target: str = ""
+    stream: bool = False  # server-sent events: a piece of text at a time (greedy and sample only)
 
     @classmethod
     def read(cls, fields: dict, limits) -> "NativeRequest":
@@ -121,8 +185,8 @@ class NativeRequest:
         if "text" not in fields:
             raise RequestError("missing field text")
         r = cls(**{k: v for k, v in fields.items() if k in names})
-        if r.method not in ("beam", "greedy"):
-            raise RequestError(f"method must be 'beam' or 'greedy', got {r.method!r}")
+        if r.method not in ("beam", "greedy", "sample"):
+            raise RequestError(f"method must be 'beam', 'greedy' or 'sample', got {r.method!r}")
         bounds = {"beam_size": (1, limits.max_beam), "nbest": (1, limits.max_beam), "max_len_b": (1, limits.max_len_b),
                   "no_repeat_ngram_size": (0, limits.max_len_b)}
         for name, (low, high) in bounds.items():
@@ -131,8 +195,11 @@ class NativeRequest:
                 raise RequestError(f"{name} must be a whole number from {low} to {high}")
         if type(r.length_penalty) not in (int, float) or not (math.isfinite(r.length_penalty) and 0 <= r.length_penalty <= 2):
             raise RequestError("length_penalty must be a number from 0 to 2")
-        if not isinstance(r.return_attention, bool):
-            raise RequestError("return_attention must be true or false")
+        for name in ("return_attention", "stream"):
+            if not isinstance(getattr(r, name), bool):
+                raise RequestError(f"{name} must be true or false")
+        if not (isinstance(r.source, str) and isinstance(r.target, str)):
+            raise RequestError("source and target must be language codes")
         if not isinstance(r.text, list):
             raise RequestError("text must be a non-empty list of strings")
         return dataclasses.replace(r, text=check_texts(r.text, limits, "text"))

@@ -1,0 +1,245 @@
+"""Where a served model decodes: in the HTTP process (`PipelineRunner`, called by the batcher's
+thread) or in a worker process of its own (`WorkerProcess`), so that the event loop, which parses
+requests and writes answers, no longer shares a GIL with the decoder.
+
+Both offer what `DynamicBatcher` calls: `run(items, options)`, `session(options)` (a continuous
+session with `add`, `step` and `cancel`, or None) and `stream(item, options)`. The batcher, its
+queue, timeouts and cancellation stay in the HTTP process; the worker holds the pipeline and the
+running search, and does one thing at a time, as the batcher's one thread asks: a `run`, an `add`,
+a `step`, the next piece of a stream. So the continuous search runs exactly as it does in-process
+(each sentence gets the search it would get alone), one message each way per step.
+
+Why `multiprocessing`, started by "forkserver", over a `Pipe`: it is the standard library (no
+dependency: Ray or Celery bring schedulers and brokers that one model on one machine does not
+need), a `Pipe` sends the pickled messages without the feeder thread a `multiprocessing.Queue`
+has, and its peer's death is seen at once by waiting on the connection and the process's
+`sentinel` together (`connection.wait`). "fork" would copy a process that runs uvicorn's threads
+and torch's OpenMP pool, neither of which survives a fork safely; "spawn" re-imports torch for
+every (re)start; the fork server imports this module, and with it torch, once, and forks each
+worker from that clean process. (This sets the preload of the process-wide fork server, which
+only makes it import this module up front.)
+
+The worker ignores SIGINT and SIGTERM: the server drains on them and then stops the worker
+itself (`close`), and the worker ends when its pipe closes (the server gone). A worker that dies
+is seen by the call waiting on it, which raises `Unavailable` (the batcher answers the requests
+it held 503); the next call starts a new worker (`restarts` counts them).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any, Hashable, Iterator
+
+import torch  # noqa: F401  imported here so that the fork server imports it once for every worker
+
+from aiayn.serve.batcher import Unavailable
+from aiayn.tasks import RequestError
+
+log = logging.getLogger(__name__)
+
+
+class PipelineRunner:
+    """A loaded pipeline as the batcher calls it (options as a sorted tuple of (name, value))."""
+
+    def __init__(self, pipeline):
+        self.pipeline = pipeline
+
+    def run(self, items: list, options: Hashable) -> list:
+        return self.pipeline.run(items, **dict(options))
+
+    def session(self, options: Hashable):
+        session = self.pipeline.session(**dict(options))
+        return None if session is None else CancellableSession(session)
+
+    def stream(self, item, options: Hashable) -> Iterator[str]:
+        return self.pipeline.stream(item, **dict(options))
+
+
+class CancellableSession:
+    """A continuous session (`ContinuousTranslation`) with `cancel(request) -> texts dropped`: the
+    request's sentences leave the running search (`ContinuousBeamSearch.cancel`) and it is never
+    answered. (ContinuousTranslation has no cancel of its own yet: this reads its bookkeeping.)"""
+
+    def __init__(self, session):
+        self.session = session
+
+    def __len__(self) -> int:
+        return len(self.session)
+
+    def add(self, request, texts) -> None:
+        self.session.add(request, texts)
+
+    def step(self) -> list:
+        return self.session.step()
+
+    def cancel(self, request) -> int:
+        s = self.session
+        if hasattr(s, "cancel"):
+            return s.cancel(request)
+        keys = [key for key, (owner, _) in s.owner.items() if owner == request]
+        for key in keys:
+            del s.owner[key]
+        s.results.pop(request, None)
+        s.left.pop(request, None)
+        if request in s.ready:
+            s.ready.remove(request)
+        return s.search.cancel(keys)
+
+
+class WorkerProcess:
+    """The pipeline of `model_dir` in a worker process; the same calls as `PipelineRunner`, each a
+    message to the worker and its answer. Called from one thread only (the batcher's)."""
+
+    def __init__(self, model_dir: str | Path, device: str = "cpu", backend: str = "native"):
+        self.args = (str(model_dir), device, backend)
+        self.conn = self.process = None
+        self.restarts = 0
+        self.lock = threading.RLock()  # `close` may come from another thread than the calls
+        self._start()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def run(self, items: list, options: Hashable) -> list:
+        return self._call("run", items, options)
+
+    def session(self, options: Hashable):
+        return RemoteSession(self) if self._call("session", options) else None
+
+    def stream(self, item, options: Hashable) -> Iterator[str]:
+        self._call("stream", item, options)
+        try:
+            while True:
+                piece = self._call("next")
+                if piece is None:
+                    return
+                yield piece
+        finally:
+            if self.process is not None:
+                self._call("close_stream")
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop the worker (after the call it is answering)."""
+        with self.lock:
+            process, conn, self.process = self.process, self.conn, None
+        if process is None:
+            return
+        try:
+            conn.send(("stop",))
+        except OSError:
+            pass
+        process.join(wait_s)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        conn.close()
+
+    # -- the messages ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        conn, child = ctx.Pipe()
+        process = ctx.Process(target=serve_pipeline, args=(child, *self.args), name="aiayn-decoder", daemon=True)
+        process.start()
+        child.close()
+        self.conn, self.process = conn, process
+        kind, value = self._receive()
+        if kind != "ready":
+            self.close()
+            raise RuntimeError(f"the decoder process could not load {self.args[0]}: {value[0]}")
+        log.info("decoder process %d serves %s", process.pid, self.args[0])
+
+    def _call(self, *message) -> Any:
+        with self.lock:
+            if self.process is None:
+                self.restarts += 1
+                log.warning("starting a new decoder process (restart %d)", self.restarts)
+                self._start()
+            try:
+                self.conn.send(message)
+            except OSError:
+                self._died()
+            kind, value = self._receive()
+        if kind == "error":
+            text, status = value
+            raise RequestError(text, status) if status is not None else RuntimeError(text)
+        return value
+
+    def _receive(self) -> tuple:
+        from multiprocessing.connection import wait
+
+        if self.conn in wait([self.conn, self.process.sentinel]):
+            try:
+                return self.conn.recv()
+            except (EOFError, OSError):
+                pass
+        self._died()
+
+    def _died(self) -> None:
+        process, self.process = self.process, None
+        process.join(1)
+        self.conn.close()
+        raise Unavailable(f"the decoder process {process.pid} died (exit code {process.exitcode})")
+
+
+class RemoteSession:
+    """A continuous session living in the worker: each call is a message."""
+
+    def __init__(self, worker: WorkerProcess):
+        self.worker = worker
+
+    def add(self, request, texts) -> None:
+        self.worker._call("add", request, list(texts))
+
+    def step(self) -> list:
+        return self.worker._call("step")
+
+    def cancel(self, request) -> int:
+        return self.worker._call("cancel", request)
+
+
+def serve_pipeline(conn, model_dir: str, device: str, backend: str) -> None:
+    """The worker process: load the pipeline, then answer each message with ("ok", value) or
+    ("error", (message, RequestError status or None)) until "stop" or the pipe closes."""
+    from aiayn.tasks import load_pipeline
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains, then stops this process
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        runner = PipelineRunner(load_pipeline(model_dir, device=device, backend=backend))
+    except Exception as e:  # noqa: BLE001  told to the server, which refuses to start
+        conn.send(("error", (f"{type(e).__name__}: {e}", None)))
+        return
+    conn.send(("ready", None))
+    session = stream = None
+    while True:
+        try:
+            op, *args = conn.recv()
+        except (EOFError, OSError):  # the server is gone
+            return
+        if op == "stop":
+            return
+        try:
+            if op == "run":
+                value = runner.run(*args)
+            elif op == "session":
+                session = runner.session(*args)
+                value = session is not None
+            elif op == "stream":
+                stream, value = iter(runner.stream(*args)), None
+            elif op == "next":
+                value = next(stream, None)
+            elif op == "close_stream":
+                getattr(stream, "close", lambda: None)()
+                stream = value = None
+            else:  # add, step, cancel
+                value = getattr(session, op)(*args)
+            conn.send(("ok", value))
+        except Exception as e:  # noqa: BLE001  the request fails, the worker goes on
+            conn.send(("error", (str(e), e.status if isinstance(e, RequestError) else None)))
