@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiayn.commands.translate import add_precision_arguments
 from aiayn.runtime import DEVICES_HELP
 from aiayn.serve.app import ServeLimits
 from aiayn.serve.batcher import BatchConfig
@@ -45,6 +46,7 @@ def add_arguments(p) -> None:
                    help=f"where the model decodes: a worker process of its own (restarted if it dies) or a thread of "
                         f"the HTTP process (default: {_B.worker})")
     p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+    add_precision_arguments(p)
 
 
 def run(args) -> int:
@@ -61,5 +63,6 @@ def run(args) -> int:
     keys = tuple(read_api_keys(args.api_keys).items()) if args.api_keys else ()
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, api_keys=keys, keep_alive_s=args.keep_alive,
                          receive_timeout_s=args.receive_timeout)
-    serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend)
+    options = {k: v for k, v in (("precision", args.precision), ("quantize", args.quantize)) if v is not None}
+    serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend, options)
     return 0

@@ -60,14 +60,17 @@ class ModelService:
     which read requests and shape answers but never decode."""
 
     def __init__(self, model_dir: str | Path, device: str, batching: BatchConfig, limits: ServeLimits,
-                 backend: str = "native"):
+                 backend: str = "native", options: dict | None = None):
         from aiayn.tasks import load_pipeline
 
         self.model_dir, self.limits, self.backend = Path(model_dir), limits, backend
         in_process = batching.worker == "thread"
-        self.pipeline = load_pipeline(model_dir, device=device if in_process else "cpu", backend=backend)
+        options = options or {}  # how the decoder computes (precision, quantize): only where it decodes
+        self.pipeline = load_pipeline(model_dir, device=device if in_process else "cpu", backend=backend,
+                                      **(options if in_process else {}))
         self.task = self.pipeline.task
-        self.worker = PipelineRunner(self.pipeline) if in_process else WorkerProcess(model_dir, device, backend)
+        self.worker = (PipelineRunner(self.pipeline) if in_process
+                       else WorkerProcess(model_dir, device, backend, options))
         self.batcher = DynamicBatcher(self.worker.run, batching, session=self.worker.session, stream=self.worker.stream)
         self.directions: tuple = self.pipeline.directions()  # every pair of the whole server: `create_app` sets it
 
@@ -212,9 +215,10 @@ def page_form(routes) -> Optional[dict]:
 
 # -- the application ---------------------------------------------------------------------------
 def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu", batching: BatchConfig = BatchConfig(),
-               limits: ServeLimits = ServeLimits(), backend: str = "native"):
+               limits: ServeLimits = ServeLimits(), backend: str = "native", options: dict | None = None):
     """The FastAPI application serving one model directory or several (`model_dir`: a path or a list)
-    with `backend` ("native", or "ctranslate2" for a text-to-text export). Directories whose
+    with `backend` ("native", or "ctranslate2" for a text-to-text export) and the decoder's `options`
+    (`precision`, `quantize`: `aiayn.tasks.load_pipeline`). Directories whose
     pipelines share a route (two translation models) share its endpoint, which picks the one that
     accepts a request (its language pair); two directories of one route without languages to tell
     them apart are an error. The batchers stop (finishing their queues) on shutdown."""
@@ -227,7 +231,7 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
     if not dirs:
         raise ValueError("no model directory to serve")
-    services = [ModelService(d, device, batching, limits, backend) for d in dirs]
+    services = [ModelService(d, device, batching, limits, backend, options) for d in dirs]
     directions = tuple(dict.fromkeys(pair for s in services for pair in s.pipeline.directions()))
     for service in services:
         service.directions = directions
@@ -314,7 +318,8 @@ def routes_of(services: list) -> list:
 
 
 def serve(model_dir: str | Path | Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
-          batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits(), backend: str = "native") -> None:
+          batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits(), backend: str = "native",
+          options: dict | None = None) -> None:
     """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting, finishes in-flight requests,
     and the batchers finish their queues before the worker processes stop."""
     import uvicorn
@@ -325,7 +330,7 @@ def serve(model_dir: str | Path | Sequence[str | Path], host: str = "127.0.0.1",
     if not (limits.api_key or limits.api_keys) and not is_loopback(host):
         log.warning("serving on %s without an api key: anyone who can reach this address can run the model "
                     "(aiayn serve --api-key KEY)", host)
-    app = create_app(model_dir, device, batching, limits, backend)
+    app = create_app(model_dir, device, batching, limits, backend, options)
     uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
 
 

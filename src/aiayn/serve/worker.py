@@ -93,8 +93,9 @@ class WorkerProcess:
     """The pipeline of `model_dir` in a worker process; the same calls as `PipelineRunner`, each a
     message to the worker and its answer. Called from one thread only (the batcher's)."""
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", backend: str = "native"):
-        self.args = (str(model_dir), device, backend)
+    def __init__(self, model_dir: str | Path, device: str = "cpu", backend: str = "native",
+                 options: dict | None = None):
+        self.args = (str(model_dir), device, backend, dict(options or {}))
         self.conn = self.process = None
         self.restarts = 0
         self.lock = threading.RLock()  # `close` may come from another thread than the calls
@@ -204,7 +205,7 @@ class RemoteSession:
         return self.worker._call("cancel", request)
 
 
-def serve_pipeline(conn, model_dir: str, device: str, backend: str) -> None:
+def serve_pipeline(conn, model_dir: str, device: str, backend: str, options: dict | None = None) -> None:
     """The worker process: load the pipeline, then answer each message with ("ok", value) or
     ("error", (message, RequestError status or None)) until "stop" or the pipe closes."""
     from aiayn.tasks import load_pipeline
@@ -212,7 +213,7 @@ def serve_pipeline(conn, model_dir: str, device: str, backend: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains, then stops this process
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        runner = PipelineRunner(load_pipeline(model_dir, device=device, backend=backend))
+        runner = PipelineRunner(load_pipeline(model_dir, device=device, backend=backend, **(options or {})))
     except Exception as e:  # noqa: BLE001  told to the server, which refuses to start
         conn.send(("error", (f"{type(e).__name__}: {e}", None)))
         return

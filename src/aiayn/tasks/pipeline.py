@@ -99,6 +99,7 @@ class Pipeline:
     metric: ClassVar[str] = ""  # a `metrics.SCORERS` name for `aiayn evaluate --model`; "" = none
     routes: ClassVar[tuple[Route, ...]] = ()
     backends: ClassVar[tuple[str, ...]] = ("native",)  # what `load_pipeline(..., backend=)` may ask for
+    decoder_options: ClassVar[tuple[str, ...]] = ()  # "precision", "quantize": how its decoder may compute
 
     @classmethod
     def from_pretrained(cls, model_dir, device="cpu", **options) -> "Pipeline":

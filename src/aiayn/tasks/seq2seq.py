@@ -269,6 +269,7 @@ class TextPipeline(Pipeline):
     A subclass says how an input becomes a source (`source`) and adds its routes."""
 
     backends = BACKENDS
+    decoder_options = ("precision", "quantize")  # the Translator's (or CTranslate2's compute_type)
 
     def __init__(self, translator, info: dict, backend: str = "native"):
         self.translator, self.info, self.backend = translator, info, backend

@@ -1,0 +1,36 @@
+"""`aiayn serve --quantize int8` / `--precision`: the decoder that answers computes as asked, in the
+worker process and in the server's own thread; a model without those options refuses them by name."""
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra is not installed: pip install -e '.[serve]'")
+pytest.importorskip("httpx", reason="FastAPI's TestClient needs httpx (the test extra)")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from aiayn.serve.app import create_app  # noqa: E402
+from aiayn.serve.batcher import BatchConfig  # noqa: E402
+from aiayn.tasks import load_pipeline  # noqa: E402
+from tiny_models import tiny_model  # noqa: E402
+
+TEXTS = ["a b c d", "d c b a a", "b"]
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+def test_int8_server_answers_what_an_int8_translator_answers(model_dir, worker):
+    want = load_pipeline(model_dir, quantize="int8").translator.translate(TEXTS, method="beam", beam_size=2, max_len_a=0.0, max_len_b=6)
+    app = create_app(model_dir, batching=BatchConfig(max_wait_ms=5, worker=worker), options={"quantize": "int8"})
+    with TestClient(app) as client:
+        body = client.post("/v1/translate", json={"text": TEXTS, "method": "beam", "beam_size": 2, "max_len_b": 6})
+        assert body.status_code == 200, body.text
+        body = body.json()
+    got = [t["text"] for t in body["translations"]]
+    assert got == want
+    if worker == "thread":
+        assert app.state.services[0].pipeline.translator.decoder.precision == "int8"
+
+
+def test_a_language_model_refuses_quantize_by_name(tmp_path):
+    directory = tiny_model(tmp_path / "lm", "lm")
+    with pytest.raises(ValueError, match="a lm model has no quantize option"):
+        create_app(directory, batching=BatchConfig(worker="thread"), options={"quantize": "int8"})
