@@ -12,7 +12,10 @@ of sentences is used up. The same sentences go, in one run, to:
                  `aiayn export ctranslate2` (with --ctranslate2; float32 unless --quantization)
     in-process   `Translator.translate` on the whole list in one call (its own batching), in
                  this process: the ceiling a server can approach; and, to locate the gap, the
-                 same in calls of --max-batch sentences and the continuous search with that many in flight
+                 same in calls of --max-batch sentences, and the continuous search at each
+                 concurrency of the server rows (min(clients, --max-batch) sentences in flight, a
+                 new one joining as one ends, as the server's queue feeds it), with p50/p99 of a
+                 sentence's time from joining to its answer
 
 Every server is a separate process (`python -m aiayn serve`) on a free loopback port. The
 clients are asyncio tasks over one httpx connection pool in this process, on the same cores;
@@ -215,38 +218,53 @@ def settle(url: str, quiet_s: float = 0.5, limit_s: float = 120.0) -> None:
         time.sleep(quiet_s)
 
 
-def in_process(model: Path, sentences: list[str], flight: int) -> list[dict]:
+def in_process(model: Path, sentences: list[str], flight: int, clients: tuple[int, ...] = ()) -> list[dict]:
     """Without HTTP, in this process: `Translator.translate` on the whole list in one call (its own
-    sorted batches), in calls of `flight` sentences, and the continuous search with `flight`
-    sentences in flight (a new one joins as soon as one ends), as the server runs it."""
+    sorted batches), in calls of `flight` sentences, and the continuous search with
+    min(n, `flight`) sentences in flight for each n of `clients` (a new one joins as soon as one
+    ends), as the server runs it."""
     from aiayn.tasks import load_pipeline
 
     translator = load_pipeline(model).translator  # set up by task.json, as the servers are
     translator.translate(sentences[:8])  # warm-up
-    runs = {"in-process": lambda: translator.translate(sentences),
-            f"in-process, calls of {flight}": lambda: [translator.translate(sentences[i:i + flight])
-                                                       for i in range(0, len(sentences), flight)],
-            f"in-process continuous, {flight} in flight": lambda: continuously(translator, sentences, flight)}
+    runs = {("in-process", "-"): lambda: translator.translate(sentences),
+            (f"in-process, calls of {flight}", "-"): lambda: [translator.translate(sentences[i:i + flight])
+                                                              for i in range(0, len(sentences), flight)]}
+    for n in clients or (flight,):
+        runs[("in-process continuous", n)] = lambda n=n: continuously(translator, sentences, min(n, flight))
     rows = []
-    for name, run in runs.items():
+    for (name, n), run in runs.items():
         start = time.perf_counter()
-        run()
+        latencies = run()
         wall = time.perf_counter() - start
-        rows.append({"server": name, "clients": "-", "ok": len(sentences), "errors": 0,
-                     "sent_per_s": len(sentences) / wall, "seconds": wall})
+        if latencies:
+            rows.append({**row(n, len(sentences), {}, wall, percentiles(latencies)), "server": name})
+        else:
+            rows.append({"server": name, "clients": n, "ok": len(sentences), "errors": 0,
+                         "sent_per_s": len(sentences) / wall, "seconds": wall})
     return rows
 
 
-def continuously(translator, sentences: list[str], flight: int) -> None:
-    session, todo = translator.continuous(), collections.deque(enumerate(sentences))
+def percentiles(latencies: list[float]) -> list[float]:
+    ordered = sorted(latencies)
+    return [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.50, 0.95, 0.99)]
+
+
+def continuously(translator, sentences: list[str], flight: int) -> list[float]:
+    """The continuous search with `flight` sentences in flight; -> each sentence's seconds from joining to its answer."""
+    session, todo, joined, latencies = translator.continuous(), collections.deque(enumerate(sentences)), {}, []
     while todo and len(session) < flight:
         i, text = todo.popleft()
+        joined[i] = time.perf_counter()
         session.add(i, [text])
     while len(session):
-        for _ in session.step():
+        for i, _ in session.step():
+            latencies.append(time.perf_counter() - joined.pop(i))
             if todo:
                 i, text = todo.popleft()
+                joined[i] = time.perf_counter()
                 session.add(i, [text])
+    return latencies
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -279,7 +297,7 @@ def server_counts(url: str) -> dict:
     """The server's /metrics counters so far."""
     import httpx
 
-    return httpx.get(f"{url}/metrics", timeout=10).json()
+    return httpx.get(f"{url}/v1/metrics", timeout=10).json()
 
 
 def mean_batch(before: dict, after: dict) -> float:
@@ -310,6 +328,9 @@ def main() -> None:
     p.add_argument("--overflow-runs", type=int, default=1, help="overflow checks, each on a fresh server (default: 1)")
     p.add_argument("--overflow-only", action="store_true", help="only the overflow checks")
     p.add_argument("--keep-alive", type=float, help="every server's --keep-alive (default: aiayn serve's)")
+    p.add_argument("--worker", choices=("process", "thread"), default=BatchConfig().worker,
+                   help=f"every server's --worker: the decoder in a process of its own or a thread of the HTTP "
+                        f"process (default: aiayn serve's, {BatchConfig().worker})")
     add_common_arguments(p)
     args = p.parse_args()
     if not (args.model / "config.json").is_file():
@@ -326,6 +347,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         logs = Path(tmp)
         keep_alive = () if args.keep_alive is None else ("--keep-alive", str(args.keep_alive))
+        keep_alive = (*keep_alive, "--worker", args.worker)
         batching = ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *keep_alive)
         if not args.overflow_only:
             with server(args.model, *batching, log=logs / "batched.log") as (url, _):
@@ -338,7 +360,7 @@ def main() -> None:
                 exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
                 with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
                     rows += sweep("ctranslate2", url, sentences, clients, wrk_seconds)
-            rows += in_process(args.model, sentences, flight=args.max_batch)
+            rows += in_process(args.model, sentences, flight=args.max_batch, clients=clients)
         overflow = overflow_checks(args.model, batching, sentences, args.overflow_runs, logs)
         soak = None
         if args.soak_seconds > 0 and not args.overflow_only:
@@ -401,8 +423,8 @@ def ratios_of(rows: list[dict], args) -> dict:
     inproc = rate(rows, "in-process", "-")
     ratios = {"batched_vs_unbatched_at_32": rate(rows, "batched", 32) / rate(rows, "unbatched", 32),
               "batched_vs_in_process_at_32": rate(rows, "batched", 32) / inproc,
-              "in_process_continuous_vs_in_process": rate(rows, f"in-process continuous, {args.max_batch} in flight", "-")
-              / inproc}
+              "batched_vs_in_process_continuous_at_32": rate(rows, "batched", 32) / rate(rows, "in-process continuous", 32),
+              "in_process_continuous_vs_in_process": rate(rows, "in-process continuous", args.max_batch) / inproc}
     if args.ctranslate2:
         ratios["ctranslate2_vs_batched_at_32"] = rate(rows, "ctranslate2", 32) / rate(rows, "batched", 32)
     return ratios

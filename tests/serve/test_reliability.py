@@ -259,7 +259,7 @@ IMAGE = [[0.0, 0.25, 0.5, 0.75]] * 4
 PAGE = {  # task -> (what is typed in which box, the request the page should send)
     "summarization": ({"text": "a b c d"}, {"text": "a b c d"}),
     "qa": ({"context": "a b c", "question": "d"}, {"context": "a b c", "question": "d"}),
-    "lm": ({"prompt": "a b"}, {"prompt": "a b"}),
+    "lm": ({"prompt": "a b"}, {"prompt": "a b", "stream": True}),  # streamed: see test_streaming.py
     "classify": ({"text": "a b c"}, {"text": "a b c"}),
     "image-classify": ({"image": json.dumps(IMAGE)}, {"image": IMAGE}),
 }
@@ -290,7 +290,12 @@ def test_the_web_page_asks_the_models_own_route(task_dirs, live_server, chromium
         assert (urlsplit(response.url).path, response.status) == (route, 200)
         assert response.request.post_data_json == sent
         page.locator("#output").filter(has_text=re.compile(r"\S")).wait_for(timeout=30_000)
-        assert page.inner_text("#output") == shown(response.json())
+        if response.headers["content-type"].startswith("text/event-stream"):  # the last event holds the whole text
+            last = json.loads(response.text().strip().split("\n")[-1][len("data: "):])
+            page.wait_for_function("want => document.getElementById('output').innerText === want", arg=last["text"])
+            assert page.inner_text("#output") == last["text"]
+        else:
+            assert page.inner_text("#output") == shown(response.json())
         assert page.locator("#controls").is_hidden() and page.inner_text("#error") == "" and not errors
     finally:
         page.close()

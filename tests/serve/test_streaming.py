@@ -80,3 +80,37 @@ def test_what_cannot_stream_is_refused_before_the_stream(model_dir, body):
     with TestClient(create_app(model_dir, batching=THREAD)) as client:
         response = client.post("/v1/translate", json=body)
         assert response.status_code in (400, 422) and "stream" in response.json()["error"]
+
+
+def test_the_web_page_shows_generated_text_grow(lm_dir, live_server, chromium, monkeypatch):
+    """Headless Chromium on the page of a language model: the output box holds the first piece while the
+    decoder waits (for the page to show it), then the whole text."""
+    from aiayn.tasks.lm import Generator
+
+    shown_first, stream = threading.Event(), Generator.stream
+
+    def gated(self, prompt, **options):
+        for i, piece in enumerate(stream(self, prompt, **options)):
+            yield piece
+            if i == 0:
+                assert shown_first.wait(60), "the page never showed the first piece"
+
+    monkeypatch.setattr(Generator, "stream", gated)
+    url = live_server(create_app(lm_dir, batching=THREAD))
+    page = chromium.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(url + "/")
+        page.fill("#prompt", "a b")
+        page.click("#translate")
+        page.wait_for_function("document.getElementById('output').innerText.length > 0", timeout=60_000)
+        first = page.inner_text("#output")
+        shown_first.set()
+        page.wait_for_function("n => document.getElementById('output').innerText.length > n", arg=len(first),
+                               timeout=60_000)
+        grown = page.inner_text("#output")
+        assert grown.startswith(first) and len(grown) > len(first) and not errors
+    finally:
+        shown_first.set()
+        page.close()

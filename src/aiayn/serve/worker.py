@@ -124,9 +124,17 @@ class WorkerProcess:
                 self._call("close_stream")
 
     def close(self, wait_s: float = 10.0) -> None:
-        """Stop the worker (after the call it is answering)."""
-        with self.lock:
+        """Stop the worker (after the call it is answering, if that ends within `wait_s`; else it is killed)."""
+        if not self.lock.acquire(timeout=wait_s):  # a call still waits on the worker: end it
+            process = self.process
+            if process is not None:
+                log.error("the decoder process %d did not finish its call within %g s: killed", process.pid, wait_s)
+                process.kill()
+            return
+        try:
             process, conn, self.process = self.process, self.conn, None
+        finally:
+            self.lock.release()
         if process is None:
             return
         try:

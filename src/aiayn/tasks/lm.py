@@ -102,7 +102,7 @@ class Generator(Pipeline):
 
     task, command = "lm", "generate"
     routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt",
-                    example='{"prompt": "the start of a text"}'),)
+                    example='{"prompt": "the start of a text", "stream": true}'),)  # the page shows the text grow
     max_new_tokens_limit = 2000  # what one HTTP request may ask for
 
     def __init__(self, model, tokenizer):
