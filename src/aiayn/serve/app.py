@@ -44,7 +44,7 @@ from aiayn.serve.limits import KeyLimits, ServeLimits
 from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, request_fields, shorten
 from aiayn.serve.server import is_loopback, uvicorn_config
 from aiayn.serve.worker import PipelineRunner, WorkerProcess
-from aiayn.tasks import RequestError, Route
+from aiayn.tasks import RequestError
 
 log = logging.getLogger(__name__)
 
