@@ -40,6 +40,8 @@ from aiayn.tasks import RequestError
 
 log = logging.getLogger(__name__)
 
+START_TIMEOUT_S = 300.0  # a worker that has not loaded its model by then is killed (and the start fails)
+
 
 class PipelineRunner:
     """A loaded pipeline as the batcher calls it (options as a sorted tuple of (name, value))."""
@@ -158,6 +160,8 @@ class WorkerProcess:
         process.start()
         child.close()
         self.conn, self.process = conn, process
+        if not conn.poll(START_TIMEOUT_S) and process.is_alive():  # a worker stuck loading must not hang the server
+            process.kill()
         kind, value = self._receive()
         if kind != "ready":
             self.close()
