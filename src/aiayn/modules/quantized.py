@@ -25,7 +25,7 @@ from torch import Tensor, nn
 def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
     """(M, K) float -> (int8 codes (M, K), scales (M, 1)): symmetric, one scale per row."""
     scale = t.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (M, 1)
-    return torch.round(t / scale).to(torch.int8), scale
+    return t.div(scale).round_().to(torch.int8), scale  # one new float buffer, rounded in place
 
 
 class Int8Linear(nn.Module):
@@ -40,6 +40,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale.view(-1))  # (out,)
         bias = torch.zeros(self.out_features) if bias is None else bias.detach().float()
         self.register_buffer("bias", bias.to(weight.device))
+        self.has_bias = bool(bias.any())  # a zero bias (the tied output projection) is not added
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
@@ -53,7 +54,8 @@ class Int8Linear(nn.Module):
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
         y = torch.mul(torch._int_mm(qx, self.qweight_t), self.scale)  # (M, out): int32 read, float written
-        return y.mul_(sx).add_(self.bias).view(*lead, self.out_features)  # in place: no third buffer
+        y.mul_(sx)  # in place: no third buffer
+        return (y.add_(self.bias) if self.has_bias else y).view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
