@@ -14,7 +14,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "hf_decode_speed.py"
 
 
-def test_hf_decode_speed_json():
+def test_hf_decode_speed_json(shared_data):  # the script trains its tokenizer on ../shared/data
     pytest.importorskip("ctranslate2")
     result = subprocess.run([sys.executable, str(SCRIPT), "--d-model", "16", "--layers", "1", "--heads", "2",
                              "--d-ff", "32", "--vocab", "1500", "--sentences", "4", "--batch", "2",

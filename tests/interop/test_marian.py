@@ -61,7 +61,7 @@ def test_export_gives_aiayns_logits_and_round_trip_tensors(marian_dirs, tmp_path
     assert_logits_close(_our_logits(load_model(ours), load_tokenizers(ours), src, tgt, hf.config.pad_token_id), theirs)
 
 
-def test_an_aiayn_trained_model_exports_as_marian(tmp_path):
+def test_an_aiayn_trained_model_exports_as_marian(tmp_path, shared_data):  # shared_data: skips without ../shared
     """Interleaved sinusoids (the paper's), ReLU, aiayn's own sentencepiece: the residual stream is permuted
     into Marian's [sin | cos] layout, and Marian gives aiayn's logits."""
     from transformers import MarianMTModel, MarianTokenizer
