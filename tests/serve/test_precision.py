@@ -34,3 +34,17 @@ def test_a_language_model_refuses_quantize_by_name(tmp_path):
     directory = tiny_model(tmp_path / "lm", "lm")
     with pytest.raises(ValueError, match="a lm model has no quantize option"):
         create_app(directory, batching=BatchConfig(worker="thread"), options={"quantize": "int8"})
+
+
+def test_a_process_that_built_an_app_but_never_served_it_exits(model_dir):
+    """The decoder worker ignores SIGTERM; an app that was never started (no lifespan, so no close) must
+    still let its process exit instead of hanging in multiprocessing's exit hook."""
+    import subprocess
+    import sys
+
+    code = ("from aiayn.serve.app import create_app; from aiayn.serve.batcher import BatchConfig; "
+            f"app = create_app({str(model_dir)!r}, batching=BatchConfig(worker='process')); "
+            "print(app.state.services[0].worker.pid)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.strip().splitlines()[-1]) > 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Hashable, Iterator
 
@@ -158,6 +159,10 @@ class WorkerProcess:
         conn, child = ctx.Pipe()
         process = ctx.Process(target=serve_pipeline, args=(child, *self.args), name="aiayn-decoder", daemon=True)
         process.start()
+        # A worker ignores SIGTERM (the server drains, then stops it), so multiprocessing's exit hook, which
+        # terminates daemonic children and joins them, would wait forever for one never closed (an app built
+        # but never served): kill it first (a finalizer runs at exit before that hook, and when this object goes).
+        weakref.finalize(self, _kill, process)
         child.close()
         self.conn, self.process = conn, process
         if not conn.poll(START_TIMEOUT_S) and process.is_alive():  # a worker stuck loading must not hang the server
@@ -215,6 +220,12 @@ class RemoteSession:
 
     def cancel(self, request) -> int:
         return self.worker._call("cancel", request)
+
+
+def _kill(process) -> None:
+    if process.is_alive():
+        process.kill()
+        process.join(5)
 
 
 def serve_pipeline(conn, model_dir: str, device: str, backend: str, options: dict | None = None) -> None:
