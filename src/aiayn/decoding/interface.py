@@ -69,12 +69,12 @@ def for_inference(model, precision: str = "fp32") -> Decodable:
 
     resolved = resolve_precision(precision, next(model.parameters()).device)
     fast = getattr(model, "fast_decoder", None)
-    try:
-        if fast is None or getattr(model, "training", False):
-            raise ValueError(f"a {type(model).__name__} in {'training' if fast else 'any'} mode has no fast "
-                             "decoder, which lower precisions need")
-        return fast(resolved) if resolved != "fp32" else fast()
-    except ValueError as e:  # e.g. a subclass with other layers: its own step is the right math
-        if resolved == "fp32" or precision == "auto":
-            return model
-        raise ValueError(f"cannot decode in {resolved}: {e}") from None
+    why = f"a {type(model).__name__} {'in training mode ' if fast else ''}has no fast decoder"
+    if fast is not None and not getattr(model, "training", False):
+        try:
+            return fast(resolved)
+        except ValueError as e:  # e.g. a subclass with other layers: its own step is the right math
+            why = str(e)
+    if resolved == "fp32" or precision == "auto":
+        return model
+    raise ValueError(f"cannot decode in {resolved}: {why}")
