@@ -28,6 +28,12 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 
 
+# The Universal Transformer (Dehghani et al., 2019): "universal" applies one layer per stack again and
+# again in depth, its weights shared; "act" lets each encoder position stop (Graves, 2016).
+RECURRENCES = ("none", "universal")
+HALTINGS = ("none", "act")
+
+
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
@@ -37,8 +43,45 @@ def _check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecurrenceOptions:
+    """The Universal Transformer's options (Dehghani et al., 2019, §2), shared by the encoder-decoder
+    and the encoder-only model: `recurrence = "universal"` makes each stack one layer applied
+    `depth_steps` times with shared weights (0: as many times as the stack has layers), a timestep
+    signal added before every step (§2.1); `halting = "act"` gives every encoder position a halting
+    unit (§2.2, Graves' adaptive computation time), `depth_steps` then being the most steps, and
+    adds `ponder_cost` times the mean number of steps taken to the loss per target."""
+
+    recurrence: str = "none"  # one of RECURRENCES
+    depth_steps: int = 0  # universal: steps per stack; 0 = the stack's layer count
+    halting: str = "none"  # one of HALTINGS; "act" halts the encoder's positions (the decoder runs every step)
+    ponder_cost: float = 0.01  # act: the loss weight of the mean ponder time (the UT code's act_loss_weight)
+
+    def check_recurrence(self) -> None:
+        check_choice("recurrence", self.recurrence, RECURRENCES)
+        check_choice("halting", self.halting, HALTINGS)
+        _check(self.depth_steps >= 0, f"depth_steps must be >= 0, got {self.depth_steps}")
+        _check(self.ponder_cost >= 0, f"ponder_cost must be >= 0, got {self.ponder_cost}")
+        _check(self.halting == "none" or self.recurrence == "universal",
+               "halting = 'act' needs recurrence = 'universal': it halts the steps of a shared layer")
+        _check(self.recurrence == "universal" or self.depth_steps == 0,
+               "depth_steps counts the steps of recurrence = 'universal'; set that too")
+
+    @property
+    def universal(self) -> bool:
+        return self.recurrence == "universal"
+
+    @property
+    def act(self) -> bool:
+        return self.halting == "act"
+
+    def steps(self, n_layers: int) -> int:
+        """How many times a universal stack of `n_layers` configured layers applies its one layer."""
+        return self.depth_steps or n_layers
+
+
 @dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(RecurrenceOptions):
     """Model hyper-parameters. Defaults are the paper's base model (Table 3).
 
     `share_embeddings=None` resolves to True when the source and target vocabularies
@@ -104,6 +147,7 @@ class TransformerConfig:
         check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         _check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
                f"both vocabularies must hold the {UNK_ID + 1} special ids")
+        self.check_recurrence()
 
     @property
     def width(self) -> int:

@@ -203,6 +203,9 @@ def transformer_spec(model):
     from ctranslate2.specs import common_spec, transformer_spec as ts
 
     c = model.config
+    if c.universal:
+        raise ValueError("CTranslate2 has no Universal Transformer (one layer applied again and again in depth): "
+                         "this model cannot be exported")
     activation = {"relu": "RELU", "gelu": "GELU", "gelu_tanh": "GELUTanh", "silu": "SWISH"}[c.activation]
     spec = ts.TransformerSpec.from_config((c.n_encoder_layers, c.n_decoder_layers), c.n_heads,
                                           pre_norm=c.norm_first, activation=getattr(common_spec.Activation, activation))

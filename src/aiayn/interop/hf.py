@@ -98,6 +98,9 @@ def _family_of(model, model_dir: Path):
     if kind is None:
         raise Unsupported(f"{model_dir / CONFIG_FILE}: a {model.model_type!r} model has no Hugging Face counterpart "
                           "(encoder-decoder, decoder-only and encoder-only export)")
+    if getattr(model.config, "universal", False):
+        raise Unsupported(f"{model_dir / CONFIG_FILE}: recurrence = 'universal' (one layer applied again and again) "
+                          "has no Hugging Face counterpart")
     return importlib.import_module(FAMILIES[kind])
 
 

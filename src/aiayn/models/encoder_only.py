@@ -33,18 +33,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, check_choice
+from aiayn.config import ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_choice
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, EncoderLayer
+from aiayn.modules.universal import UniversalEncoder
 
 CLS_ID = BOS_ID  # the [CLS] position's token: BOS, which no tokenized text contains
 
 
 @dataclass(frozen=True)
-class EncoderOnlyConfig(ModelConfig):
-    """BERT or ViT. `n_classes` > 0 adds the classifier head; `input` picks tokens or patches."""
+class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
+    """BERT or ViT. `n_classes` > 0 adds the classifier head; `input` picks tokens or patches.
+    `recurrence = "universal"` (`RecurrenceOptions`) makes the stack one layer applied again and again."""
 
     vocab_size: int = 8000  # tokens only
     d_model: int = 256
@@ -87,6 +89,7 @@ class EncoderOnlyConfig(ModelConfig):
             raise ConfigError(f"type_vocab_size must be >= 0, and 0 for patches; got {self.type_vocab_size}")
         if self.pooler and self.pooling != "cls":
             raise ConfigError("pooler reads the [CLS] state: it needs pooling = 'cls'")
+        self.check_recurrence()
 
 
 
@@ -109,7 +112,8 @@ class EncoderOnly(PretrainedModel):
         self.token_types = nn.Parameter(torch.zeros(cfg.type_vocab_size, cfg.d_model)) if cfg.type_vocab_size else None
         self.embed_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.layers = None if cfg.universal else nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.universal = UniversalEncoder(cfg, cfg.steps(cfg.n_layers)) if cfg.universal else None
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         if cfg.input == "tokens":  # the MLM transform; its output projection is the tied embedding
             self.mlm_dense = nn.Linear(cfg.d_model, cfg.d_model)
@@ -119,63 +123,85 @@ class EncoderOnly(PretrainedModel):
         self.logits_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.logits_bias else None  # (V,)
         self.act = ACTIVATION_FUNCTIONS[cfg.activation]
 
-    def _inputs(self, x: Tensor) -> tuple[Tensor, Tensor | None]:
-        """[CLS] + embedded inputs (B, 1 + T, D) with positions, and the key mask (B, 1, 1, 1 + T) or None."""
+    def _inputs(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """[CLS] + embedded inputs (B, 1 + T, D) with positions (a universal stack adds them at every
+        step instead), the positions (1 + T, D) and the real (non-pad) positions (B, 1 + T) bool."""
         if self.config.input == "patches":  # x: (B, N, patch_dim)
             h = torch.cat([self.cls.expand(x.shape[0], -1, -1), self.patch_proj(x)], dim=1)
-            keep = None
+            real = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
         else:  # x: (B, T) ids
             ids = torch.cat([torch.full_like(x[:, :1], CLS_ID), x], dim=1)
-            h = self.embed(ids)
-            keep = None if not bool((x == PAD_ID).any()) else masks.key_mask(ids != PAD_ID)
+            h, real = self.embed(ids), ids != PAD_ID
         if h.shape[1] > self.config.max_positions and self.config.positional == "learned":
             raise ValueError(f"{h.shape[1]} positions ([CLS] included) exceed max_positions {self.config.max_positions}")
-        h = h + self.positions(h.shape[1])
+        positions = self.positions(h.shape[1])  # (1 + T, D)
+        if self.universal is None:
+            h = h + positions
         if self.token_types is not None:
             h = h + self.token_types[0]  # one segment: every token is of type 0
         if self.embed_norm is not None:
             h = self.embed_norm(h)
-        return self.dropout(h), keep
+        return self.dropout(h), positions, real
+
+    def encode(self, x: Tensor, need_weights: bool = False):
+        """Final states (B, 1 + T, D) ([CLS] first), the self-attention per layer (or step) when asked
+        (else None), and the ponder time with ACT halting (else None)."""
+        h, positions, real = self._inputs(x)
+        keep = None if bool(real.all()) else masks.key_mask(real)  # (B, 1, 1, 1 + T)
+        ponder = None
+        if self.universal is not None:
+            h, weights, ponder = self.universal(h, positions, keep, real, need_weights)
+        else:
+            weights = []
+            for layer in self.layers:
+                h, w = layer(h, keep, need_weights)
+                weights.append(w)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        return h, (weights if need_weights else None), ponder
 
     def forward(self, x: Tensor, need_weights: bool = False):
         """Final states (B, 1 + T, D) ([CLS] first), and the self-attention per layer when asked."""
-        h, keep = self._inputs(x)
-        weights = []
-        for layer in self.layers:
-            h, w = layer(h, keep, need_weights)
-            weights.append(w)
-        if self.final_norm is not None:
-            h = self.final_norm(h)
+        h, weights, _ = self.encode(x, need_weights)
         return (h, weights) if need_weights else h
 
-    def mlm_logits(self, tokens: Tensor, chosen: Optional[Tensor] = None) -> Tensor:
+    def mlm_logits(self, tokens: Tensor, chosen: Optional[Tensor] = None, with_ponder: bool = False):
         """(B, T) ids (some replaced by [MASK]) -> (B, T, V) scores of the original token at each position,
         or, with `chosen` (B, T) bool, (M, V) at the M chosen positions only, in row-major order: the
-        output projection, the largest matrix product of a small model, then runs on the ~15% that count."""
-        h = self(tokens)[:, 1:]  # (B, T, D)
+        output projection, the largest matrix product of a small model, then runs on the ~15% that count.
+        With `with_ponder`: (scores, ponder time or None)."""
+        h, _, ponder = self.encode(tokens)
+        h = h[:, 1:]  # (B, T, D)
         if chosen is not None:
             h = h[chosen]  # (M, D)
-        return F.linear(self.mlm_norm(self.mlm_act(self.mlm_dense(h))), self.embed.weight, self.logits_bias)
+        scores = F.linear(self.mlm_norm(self.mlm_act(self.mlm_dense(h))), self.embed.weight, self.logits_bias)
+        return (scores, ponder) if with_ponder else scores
 
     def mlm_act(self, x: Tensor) -> Tensor:
         """The MLM transform's activation: GELU (BERT's), or the FFN's when it is not ReLU (BERT uses
         its `hidden_act` in both places)."""
         return F.gelu(x) if self.config.activation == "relu" else self.act(x)
 
-    def classify(self, x: Tensor) -> Tensor:
+    def classify(self, x: Tensor, with_ponder: bool = False):
         """(B, T) ids or (B, N, patch_dim) patches -> (B, n_classes) scores from the [CLS] state, or from
-        the mean of the final states over [CLS] and the real (non-pad) inputs (`pooling = "mean"`)."""
+        the mean of the final states over [CLS] and the real (non-pad) inputs (`pooling = "mean"`).
+        With `with_ponder`: (scores, ponder time or None)."""
         if self.classifier is None:
             raise ValueError("this model has no classifier head (n_classes = 0)")
-        h = self(x)  # (B, 1 + T, D)
+        h, _, ponder = self.encode(x)  # (B, 1 + T, D)
+        scores = self.classifier(self._pooled(h, x))
+        return (scores, ponder) if with_ponder else scores
+
+    def _pooled(self, h: Tensor, x: Tensor) -> Tensor:
+        """(B, 1 + T, D) final states -> (B, D), what the classifier reads."""
         if self.pool is not None:
-            return self.classifier(torch.tanh(self.pool(h[:, 0])))
+            return torch.tanh(self.pool(h[:, 0]))
         if self.config.pooling == "cls":
-            return self.classifier(h[:, 0])
+            return h[:, 0]
         real = torch.ones(h.shape[:2], dtype=h.dtype, device=h.device)  # (B, 1 + T)
         if self.config.input == "tokens":
             real[:, 1:] = (x != PAD_ID).to(h.dtype)
-        return self.classifier((h * real[:, :, None]).sum(1) / real.sum(1, keepdim=True))
+        return (h * real[:, :, None]).sum(1) / real.sum(1, keepdim=True)
 
     @torch.inference_mode()
     def attention(self, x: Tensor) -> list[Tensor]:

@@ -267,6 +267,9 @@ def _check_supported(model) -> None:
     if model.config.attention_score != "scaled_dot":
         raise ValueError(f"FastDecoder computes scaled dot-product attention; this model uses "
                          f"{model.config.attention_score!r}: decode with the model itself")
+    if model.config.universal:
+        raise ValueError("FastDecoder computes a stack of distinct layers; a Universal Transformer applies one "
+                         "layer again and again: decode with the model itself")
     for layer in model.decoder.layers:
         if type(layer) is not DecoderLayer or type(layer.ff) is not PositionwiseFeedForward:
             raise ValueError(f"FastDecoder computes DecoderLayer with PositionwiseFeedForward; got {type(layer).__name__} "

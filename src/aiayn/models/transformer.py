@@ -22,6 +22,7 @@ from aiayn.modules.cache import KVCache
 from aiayn.modules.copy_attention import CopyAttention
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
+from aiayn.modules.universal import UniversalDecoder, UniversalEncoder
 
 if TYPE_CHECKING:  # fast_decoder imports this module
     from aiayn.models.fast_decoder import FastDecoder
@@ -33,6 +34,7 @@ class EncoderOutput:
     src_mask: Tensor  # (B, S) bool, True at real tokens
     attentions: list[Tensor] | None = None  # per layer (B, H, S, S), when asked for
     src: Tensor | None = None  # (B, S) the source ids, kept for copy attention
+    ponder: Tensor | None = None  # scalar: mean steps per source position, with ACT halting
 
 
 @dataclass
@@ -48,27 +50,35 @@ def _positional(cfg: TransformerConfig) -> nn.Module:
 
 
 class Encoder(nn.Module):
-    """N identical layers over embedded + position-encoded source tokens (§3.1)."""
+    """N identical layers over embedded + position-encoded source tokens (§3.1); or, with
+    `recurrence = "universal"`, one layer applied again and again (`aiayn.modules.universal`)."""
 
     def __init__(self, cfg: TransformerConfig, embed: Embeddings):
         super().__init__()
         self.embed, self.positions = embed, _positional(cfg)
         self.from_end = cfg.source_positions == "end"
         self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        universal = cfg.universal
+        self.layers = None if universal else nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.universal = UniversalEncoder(cfg, cfg.steps(cfg.n_encoder_layers)) if universal else None
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
-        """src: (B, S) ids; src_mask: (B, S) -> (memory (B, S, D), weights per layer or None)."""
-        x = self.dropout(self.embed(src) + self._positions(src_mask))  # (B, S, D)
+        """src: (B, S) ids; src_mask: (B, S) -> (memory (B, S, D), weights per layer or step or None,
+        ponder time or None)."""
         attn_mask = None if bool(src_mask.all()) else masks.key_mask(src_mask)  # (B, 1, 1, S)
-        weights = []
-        for layer in self.layers:
-            x, w = layer(x, attn_mask, need_weights)
-            weights.append(w)
+        positions, ponder = self._positions(src_mask), None
+        if self.universal is not None:  # positions join before every step
+            x, weights, ponder = self.universal(self.dropout(self.embed(src)), positions, attn_mask, src_mask,
+                                                need_weights)
+        else:
+            x, weights = self.dropout(self.embed(src) + positions), []  # (B, S, D)
+            for layer in self.layers:
+                x, w = layer(x, attn_mask, need_weights)
+                weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, (weights if need_weights else None)
+        return x, (weights if need_weights else None), ponder
 
 
     def _positions(self, src_mask: Tensor) -> Tensor:
@@ -83,23 +93,35 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N identical layers with masked self-attention and encoder-decoder attention (§3.1)."""
+    """N identical layers with masked self-attention and encoder-decoder attention (§3.1); or, with
+    `recurrence = "universal"`, one layer applied again and again (`aiayn.modules.universal`)."""
 
     def __init__(self, cfg: TransformerConfig, embed: Embeddings):
         super().__init__()
         self.embed, self.positions = embed, _positional(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers))
+        universal = cfg.universal
+        self.layers = None if universal else nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers))
+        self.universal = UniversalDecoder(cfg, cfg.steps(cfg.n_decoder_layers)) if universal else None
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def cross_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each layer's (or step's) cross-attention keys and values (B, H, S, Dh) of `memory` (§3.2.3)."""
+        if self.universal is not None:
+            return self.universal.cross_kv(memory)
+        return [layer.cross_attn.project_kv(memory) for layer in self.layers]
 
     def forward(self, tgt: Tensor, cache: KVCache, need_weights: bool = False):
         """tgt: (B, T) ids at positions cache.length ...; returns hidden (B, T, D) and weights."""
-        x = self.dropout(self.embed(tgt) + self.positions(tgt.shape[1], start=cache.length))
-        self_ws, cross_ws = [], []
-        for layer in self.layers:
-            x, sw, cw = layer(x, cache, cache.cross_mask, need_weights)
-            self_ws.append(sw)
-            cross_ws.append(cw)
+        positions = self.positions(tgt.shape[1], start=cache.length)  # (T, D)
+        if self.universal is not None:  # positions join before every step
+            x, self_ws, cross_ws = self.universal(self.dropout(self.embed(tgt)), positions, cache, need_weights)
+        else:
+            x, self_ws, cross_ws = self.dropout(self.embed(tgt) + positions), [], []
+            for layer in self.layers:
+                x, sw, cw = layer(x, cache, cache.cross_mask, need_weights)
+                self_ws.append(sw)
+                cross_ws.append(cw)
         cache.advance(tgt.shape[1])
         if self.final_norm is not None:
             x = self.final_norm(x)
@@ -148,12 +170,12 @@ class Transformer(PretrainedModel):
     # -- the model's own entry points -------------------------------------------------------
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOutput:
         src_mask = masks.padding_mask(src, PAD_ID)  # (B, S)
-        memory, weights = self.encoder(src, src_mask, need_weights)
-        return EncoderOutput(memory, src_mask, weights, src)
+        memory, weights, ponder = self.encoder(src, src_mask, need_weights)
+        return EncoderOutput(memory, src_mask, weights, src, ponder)
 
     def init_cache(self, enc: EncoderOutput, capacity: int = 64) -> KVCache:
         """A fresh cache holding each decoder layer's cross-attention keys/values (§3.2.3)."""
-        cross = [layer.cross_attn.project_kv(enc.memory) for layer in self.decoder.layers]
+        cross = self.decoder.cross_kv(enc.memory)
         copy_source = None if self.copy is None else (self.copy.project_keys(enc.memory), enc.src)
         return KVCache(cross, enc.src_mask, capacity, copy_source)
 
@@ -181,10 +203,12 @@ class Transformer(PretrainedModel):
         logits = self.project(hidden)
         return logits if self.copy is None else self.copy(hidden, logits, cache)
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced logits: (B, S), (B, T) -> (B, T, V)."""
+    def forward(self, src: Tensor, tgt: Tensor, with_ponder: bool = False):
+        """Teacher-forced logits: (B, S), (B, T) -> (B, T, V); with `with_ponder`, (logits, the
+        encoder's ponder time) for a loss with ACT halting (`aiayn.training.loss.add_ponder_cost`)."""
         enc = self.encode(src)
-        return self.decode(tgt, self.init_cache(enc, capacity=tgt.shape[1])).logits
+        logits = self.decode(tgt, self.init_cache(enc, capacity=tgt.shape[1])).logits
+        return (logits, enc.ponder) if with_ponder else logits
 
     # -- the decoding interface (aiayn.decoding.interface) ----------------------------------
     def start(self, src: Tensor, capacity: int = 64) -> KVCache:

@@ -108,28 +108,31 @@ class DecoderLayer(nn.Module):
         self.ca_conn = _connection(cfg) if cross_attention else None
         self.ff_conn = _connection(cfg)
 
-    def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool = False):
+    def forward(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool = False,
+                index: int | None = None):
         """x: (B, T, D) new target positions; cross_mask: (n, 1, 1, S) per source (`KVCache.group`
-        rows each), or None when nothing is padded.
+        rows each), or None when nothing is padded; index: the cache slot, when not the layer's own
+        (a Universal Transformer applies one layer at several depths, `aiayn.modules.universal`).
 
         Returns (x, self weights (B, H, T, P+T) or None, cross weights (B, H, T, S) or None).
         """
-        x, self_w = self._sa_block(x, cache, need_weights)
+        index = self.index if index is None else index
+        x, self_w = self._sa_block(x, cache, index, need_weights)
         cross_w = None
         if self.cross_attn is not None:
-            x, cross_w = self._mha_block(x, cache, cross_mask, need_weights)
+            x, cross_w = self._mha_block(x, cache, index, cross_mask, need_weights)
         x = self.ff_conn.output(x, self.ff(self.ff_conn.input(x)))
         return x, self_w, cross_w
 
-    def _sa_block(self, x: Tensor, cache: KVCache, need_weights: bool):
+    def _sa_block(self, x: Tensor, cache: KVCache, index: int, need_weights: bool):
         q, k, v = self.self_attn.project_qkv(self.sa_conn.input(x))
-        k, v = cache.append(self.index, k, v)  # (B, H, P+T, Dh)
+        k, v = cache.append(index, k, v)  # (B, H, P+T, Dh)
         causal = q.shape[2] > 1  # a single new query may see every cached key
         y, w = self.self_attn.attend(q, k, v, is_causal=causal, need_weights=need_weights)
         return self.sa_conn.output(x, y), w
 
-    def _mha_block(self, x: Tensor, cache: KVCache, cross_mask: Tensor | None, need_weights: bool):
+    def _mha_block(self, x: Tensor, cache: KVCache, index: int, cross_mask: Tensor | None, need_weights: bool):
         q = cache.grouped(self.cross_attn.project_q(self.ca_conn.input(x)))  # (n, H, group·T, Dh): one per source
-        k, v = cache.cross_k[self.index], cache.cross_v[self.index]
+        k, v = cache.cross_k[index], cache.cross_v[index]
         y, w = self.cross_attn.attend(q, k, v, mask=cross_mask, need_weights=need_weights)  # (n, group·T, D)
         return self.ca_conn.output(x, y.reshape(x.shape)), (None if w is None else cache.ungrouped(w))

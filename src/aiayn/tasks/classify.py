@@ -43,7 +43,7 @@ from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.tasks.settings import SplitSettings, VocabSettings, check_positive
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums
+from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
 
@@ -270,10 +270,12 @@ class ClassifyTask:
 
     # -- training -------------------------------------------------------------------------------
     def loss(self, model, batch: TextBatch) -> LossSums:
-        scores = model.classify(batch.tokens).float()  # (B, C)
+        weight = ponder_weight(self.cfg.model)  # 0 unless the encoder halts with ACT
+        scores, ponder = model.classify(batch.tokens, with_ponder=True) if weight else (model.classify(batch.tokens), None)
+        scores = scores.float()  # (B, C)
         loss = F.cross_entropy(scores, batch.targets, reduction="sum", label_smoothing=self.cfg.optim.label_smoothing)
         nll = F.cross_entropy(scores.detach(), batch.targets, reduction="sum")
-        return LossSums(loss, nll, batch.targets.numel())
+        return add_ponder_cost(LossSums(loss, nll, batch.targets.numel()), ponder, weight)
 
     def n_targets(self, batch: TextBatch) -> int:
         return batch.targets.numel()
@@ -344,11 +346,12 @@ class MLMTask(ClassifyTask):
         return TextBatch(inputs, targets)
 
     def loss(self, model, batch: TextBatch) -> LossSums:
-        from aiayn.training.loss import label_smoothed_loss
-
         chosen = batch.targets != PAD_ID  # (B, T): the positions in the loss
-        logits = model.mlm_logits(batch.tokens, chosen)  # (M, V)
-        return label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
+        weight = ponder_weight(self.cfg.model)
+        logits, ponder = model.mlm_logits(batch.tokens, chosen, with_ponder=True) if weight else (
+            model.mlm_logits(batch.tokens, chosen), None)  # (M, V)
+        sums = label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
+        return add_ponder_cost(sums, ponder, weight)
 
     def n_targets(self, batch: TextBatch) -> int:
         return int((batch.targets != PAD_ID).sum())

@@ -43,7 +43,7 @@ from aiayn.tasks.pipeline import Pipeline, RequestError, check_texts
 from aiayn.tasks.settings import TextPairSettings
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums, label_smoothed_loss
+from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +185,10 @@ class Seq2SeqTask:
 
     # -- training -------------------------------------------------------------------------
     def loss(self, model, batch: Batch) -> LossSums:
-        logits = model(batch.src, batch.tgt_in)  # (B, T, V)
-        return label_smoothed_loss(logits, batch.tgt_out, self.cfg.optim.label_smoothing, PAD_ID)
+        weight = ponder_weight(self.cfg.model)  # 0 unless the encoder halts with ACT
+        logits, ponder = model(batch.src, batch.tgt_in, with_ponder=True) if weight else (model(batch.src, batch.tgt_in), None)
+        return add_ponder_cost(label_smoothed_loss(logits, batch.tgt_out, self.cfg.optim.label_smoothing, PAD_ID),
+                               ponder, weight)  # logits (B, T, V)
 
     def n_targets(self, batch: Batch) -> int:
         return batch.n_tgt_tokens

@@ -79,3 +79,24 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad.scatter_add_(1, target.unsqueeze(1), torch.full_like(lse, eps - 1.0).unsqueeze(1))  # - (1-ε) at y
         grad.mul_((keep * grad_loss).unsqueeze(1))  # pad rows get no gradient
         return grad, None, None, None, None
+
+
+def ponder_weight(model_section) -> float:
+    """The weight of ACT's ponder cost for a recipe's `[model]` section (`training.config.ModelSection`):
+    its `ponder_cost` with `halting = "act"`, else 0 (the model then returns no ponder time)."""
+    from aiayn.config import RecurrenceOptions
+
+    overrides = dict(model_section.overrides)
+    if overrides.get("halting") != "act":
+        return 0.0
+    return float(overrides.get("ponder_cost", RecurrenceOptions.ponder_cost))
+
+
+def add_ponder_cost(sums: LossSums, ponder: Tensor | None, weight: float) -> LossSums:
+    """ACT's ponder cost (Graves 2016, eq. 14; Universal Transformers §2.2) added to a summed loss:
+    `weight` times the mean ponder time per target, so that after the trainer divides by the number
+    of targets it is `weight` times the mean ponder time. The reported NLL stays the plain one.
+    `ponder` None (no ACT): `sums` as they are."""
+    if ponder is None or not weight:
+        return sums
+    return sums._replace(loss=sums.loss + weight * ponder * sums.n_tokens)
