@@ -47,6 +47,6 @@ def test_rnn_recipe_is_the_transformer_recipe_but_for_the_model():
 def test_universal_babi_recipe_is_the_babi_recipe_but_for_the_model():
     universal, plain = (load_config(RECIPES / f"babi-qa{n}.toml") for n in ("-universal", ""))
     config = universal.model.build(200, 200)
-    assert config.universal and (config.steps(config.n_encoder_layers), config.steps(config.n_decoder_layers)) == (6, 2)
+    assert config.universal and config.act and (config.steps(config.n_encoder_layers), config.steps(config.n_decoder_layers)) == (6, 2)
     assert (universal.data, universal.decode, universal.optim) == (plain.data, plain.decode, plain.optim)
     assert universal.train.max_minutes == plain.train.max_minutes
