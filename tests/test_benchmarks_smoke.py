@@ -218,4 +218,5 @@ def test_decode_speed_runs_every_peer_in_its_own_process_and_prints_ratios():
         assert row["ours"] > 0 and row["ours_int8"] > 0
         for peer in ("ct2_fp32", "ct2_int8"):  # the ctranslate2 extra is installed by setup.sh
             assert row[peer] > 0
-        assert math.isclose(row["ours_int8/ct2_int8"], row["ours_int8"] / row["ct2_int8"], rel_tol=1e-2)
+        # the JSON rounds to 3 decimals: a ratio far below 1 (a loaded machine) may differ by that much alone
+        assert math.isclose(row["ours_int8/ct2_int8"], row["ours_int8"] / row["ct2_int8"], rel_tol=1e-2, abs_tol=5e-4)

@@ -14,7 +14,7 @@ from aiayn.decoding import beam_search, greedy_search
 from aiayn.models import Transformer, load_model
 from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
 from aiayn.modules.universal import ACT_EPSILON
-from aiayn.training.loss import LossSums, add_ponder_cost
+from aiayn.training.loss import LossSums, add_ponder_cost, ponder_weight
 
 from copy_task import train_and_copy
 from test_layers import copy_attention, copy_common, randomise_norms
@@ -170,6 +170,8 @@ def test_ponder_cost_reaches_the_halting_unit_and_stays_out_of_the_nll():
     assert sums.nll.item() == 7.0
     assert model.encoder.universal.halt.weight.grad.abs().sum() > 0
     assert add_ponder_cost(sums, None, 0.5) is sums
+    assert ponder_weight(model) == 0.01 and ponder_weight(universal()) == 0.0
+    assert ponder_weight(nn.ModuleDict({"module": universal(halting="act", ponder_cost=0.2)})) == 0.2  # DDP's .module
 
 
 def test_options_are_checked_by_name():

@@ -67,23 +67,21 @@ class UniversalEncoder(_Steps):
         threshold = 1.0 - ACT_EPSILON
         halting = state.new_zeros(state.shape[:2])  # (B, S) summed halting probability
         remainders, updates = torch.zeros_like(halting), torch.zeros_like(halting)
+        done = torch.zeros_like(real)  # (B, S) bool: halted at an earlier step
         output, weights = torch.zeros_like(state), []
         for t in range(self.steps):
-            if not bool(((halting < threshold) & real).any()):
+            if not bool((real & ~done).any()):
                 break
             state = state + coords + self.timesteps[t]
             p = torch.sigmoid(self.halt(state)).squeeze(-1)  # (B, S)
-            running = (halting < 1.0).to(p.dtype)
-            reached = halting + p * running
-            halted_now = (reached > threshold).to(p.dtype) * running
-            running = (reached <= threshold).to(p.dtype) * running
-            halting = halting + p * running
-            remainders = remainders + halted_now * (1.0 - halting)
-            halting = halting + halted_now * remainders
-            updates = updates + running + halted_now
-            share = (p * running + halted_now * remainders).unsqueeze(-1)  # (B, S, 1) this step's weight
+            last = ~done & (halting + p > threshold)  # this step is the position's last: it takes the remainder
+            remainder = (1.0 - halting) * last
+            share = p * (~done & ~last) + remainder  # (B, S) this step's weight; 0 once halted
+            halting, remainders = halting + share, remainders + remainder
+            updates = updates + (~done).to(p.dtype)
+            done = done | last
             state, w = self.layer(state, mask, need_weights)
-            output = state * share + output * (1.0 - share)
+            output = state * share.unsqueeze(-1) + output * (1.0 - share.unsqueeze(-1))
             weights.append(w)
         ponder = ((updates + remainders) * real).sum() / real.sum().clamp(min=1)
         return output, (weights if need_weights else None), ponder

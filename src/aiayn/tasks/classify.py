@@ -270,7 +270,7 @@ class ClassifyTask:
 
     # -- training -------------------------------------------------------------------------------
     def loss(self, model, batch: TextBatch) -> LossSums:
-        weight = ponder_weight(self.cfg.model)  # 0 unless the encoder halts with ACT
+        weight = ponder_weight(model)  # 0 unless the encoder halts with ACT
         scores, ponder = model.classify(batch.tokens, with_ponder=True) if weight else (model.classify(batch.tokens), None)
         scores = scores.float()  # (B, C)
         loss = F.cross_entropy(scores, batch.targets, reduction="sum", label_smoothing=self.cfg.optim.label_smoothing)
@@ -347,7 +347,7 @@ class MLMTask(ClassifyTask):
 
     def loss(self, model, batch: TextBatch) -> LossSums:
         chosen = batch.targets != PAD_ID  # (B, T): the positions in the loss
-        weight = ponder_weight(self.cfg.model)
+        weight = ponder_weight(model)
         logits, ponder = model.mlm_logits(batch.tokens, chosen, with_ponder=True) if weight else (
             model.mlm_logits(batch.tokens, chosen), None)  # (M, V)
         sums = label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)

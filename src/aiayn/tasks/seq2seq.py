@@ -185,7 +185,7 @@ class Seq2SeqTask:
 
     # -- training -------------------------------------------------------------------------
     def loss(self, model, batch: Batch) -> LossSums:
-        weight = ponder_weight(self.cfg.model)  # 0 unless the encoder halts with ACT
+        weight = ponder_weight(model)  # 0 unless the encoder halts with ACT
         logits, ponder = model(batch.src, batch.tgt_in, with_ponder=True) if weight else (model(batch.src, batch.tgt_in), None)
         return add_ponder_cost(label_smoothed_loss(logits, batch.tgt_out, self.cfg.optim.label_smoothing, PAD_ID),
                                ponder, weight)  # logits (B, T, V)

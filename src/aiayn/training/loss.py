@@ -81,15 +81,11 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def ponder_weight(model_section) -> float:
-    """The weight of ACT's ponder cost for a recipe's `[model]` section (`training.config.ModelSection`):
-    its `ponder_cost` with `halting = "act"`, else 0 (the model then returns no ponder time)."""
-    from aiayn.config import RecurrenceOptions
-
-    overrides = dict(model_section.overrides)
-    if overrides.get("halting") != "act":
-        return 0.0
-    return float(overrides.get("ponder_cost", RecurrenceOptions.ponder_cost))
+def ponder_weight(model) -> float:
+    """The weight of ACT's ponder cost for `model` (or its DDP wrapper): its config's `ponder_cost`
+    with `halting = "act"`, else 0 (the model then returns no ponder time)."""
+    config = getattr(model, "module", model).config
+    return config.ponder_cost if getattr(config, "act", False) else 0.0
 
 
 def add_ponder_cost(sums: LossSums, ponder: Tensor | None, weight: float) -> LossSums:
