@@ -7,7 +7,8 @@ import torch
 from aiayn.cli import main
 from aiayn.config import PAD_ID
 from aiayn.data.corpus import CorpusError
-from aiayn.tasks.classify import Classifier, mask_tokens, read_labelled
+from aiayn.tasks.classify import Classifier, ClassifyTask, carve, mask_tokens, read_labelled, word_spans
+from aiayn.training.config import load_config
 
 
 def test_reader_header_empty_texts_and_errors(tmp_path):
@@ -17,6 +18,49 @@ def test_reader_header_empty_texts_and_errors(tmp_path):
     path.write_text("good film\t1\nno tab here\n")
     with pytest.raises(CorpusError, match=r"train\.tsv:2: expected text<TAB>label"):
         read_labelled(path)
+
+
+def test_word_spans_are_the_proper_contiguous_spans():
+    assert word_spans("a b c") == {"a", "b", "c", "a b", "b c"}
+    assert word_spans("a") == set()
+
+
+def phrase_file(n_sentences: int) -> list[str]:
+    """SST's shape: each sentence, then each of its phrases (word spans) as a line of its own."""
+    texts = []
+    for i in range(n_sentences):
+        sentence = f"s{i} w{i % 7} x{i % 3} end{i}"
+        texts += [sentence, f"s{i} w{i % 7}", f"x{i % 3} end{i}", f"w{i % 7}", f"end{i}"]
+    return texts
+
+
+def test_the_carve_holds_out_whole_sentences_and_no_phrase_of_them_is_trained_on():
+    texts = phrase_file(200)
+    train, held = carve(texts, 0.3)
+    held_texts = {texts[i] for i in held}
+    assert 30 < len(held) < 90 and len(held_texts) == len(held)  # about 30% of 200 sentences, each once
+    assert all(t.startswith("s") and len(t.split()) == 4 for t in held_texts)  # whole sentences only
+    for i in train:  # nothing of a held-out sentence is trained on ...
+        assert texts[i] not in held_texts and not any(texts[i] in word_spans(h) for h in held_texts)
+    shared = {f"w{k}" for k in range(7)} | {f"x{k}" for k in range(3)}  # ... and all of the rest is
+    kept = {i for i, t in enumerate(texts) if t not in held_texts and t not in shared
+            and not any(t in word_spans(h) for h in held_texts)}
+    assert kept <= set(train)
+    assert carve(texts, 0.3) == (train, held)  # a hash: the same split every time
+    assert carve(texts, 0.0) == (list(range(len(texts))), [])
+
+
+def test_a_carved_validation_split_comes_from_the_training_file_and_the_test_split_is_read_whole(tmp_path):
+    rows = [f"{t}\t{i % 2}" for i, t in enumerate(phrase_file(100))]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "dev.tsv").write_text("a b\t0\nc d\t1\n")
+    cfg = load_config(None, ['task="classify"', 'model.type="encoder-only"', f'data.corpus="{tmp_path}"',
+                             'data.valid_split="tune"', 'data.test_split="dev"', "data.carve_fraction=0.2", "train.max_updates=1"])
+    task = ClassifyTask(cfg)
+    (train, _), (tune, _), (dev, _) = task.read("train"), task.read("tune"), task.read("dev")
+    assert set(tune) == {phrase_file(100)[i] for i in carve(phrase_file(100), 0.2)[1]} and tune
+    assert not set(tune) & set(train) and len(train) + len(tune) < 500
+    assert dev == ["a b", "c d"]
 
 
 def test_masking_rates_over_many_draws():

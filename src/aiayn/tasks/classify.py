@@ -5,6 +5,10 @@
                 error naming the file and line. An empty text is skipped, a text over
                 `data.max_input_tokens` is cut, and a text longer than a whole batch
                 (`data.max_tokens`) is skipped: each is counted (a warning, and test_scores.json).
+                With `data.carve_fraction` > 0 the validation split is carved from the training
+                file by `carve`: whole sentences and none of their phrases, so that checkpoints
+                are chosen on sentences the model never trained on and the test split (e.g.
+                SST-2's dev) is scored once, at the end.
     vocabulary  sentencepiece (or whitespace symbols) on the training texts, with "[MASK]" a piece
                 of its own, so a classifier can start from an MLM model's directory
                 (`train.init_from`) with the same vocabulary (`data.tokenizer = DIR`)
@@ -40,7 +44,8 @@ from aiayn.models.base import eval_mode
 from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import NoPipeline, Pipeline, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import build_tokenizers
-from aiayn.tasks.settings import SplitSettings, VocabSettings, check_positive
+from aiayn.runtime import stable_hash
+from aiayn.tasks.settings import SplitSettings, VocabSettings, check_fraction, check_positive
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
@@ -99,14 +104,43 @@ def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: 
     return inputs, torch.where(chosen, tokens, torch.full_like(tokens, PAD_ID))
 
 
+def carve(texts: Sequence[str], fraction: float) -> tuple[list[int], list[int]]:
+    """(training indices, carved indices) of a training file whose texts may be phrases of its
+    other texts, as SST's: the phrase-level training file holds every labelled phrase of each
+    training sentence (Socher et al., 2013). A carved text is a whole one (no word span of another
+    text) whose hash falls under `fraction`, each distinct text once; a text that is a word span
+    of a carved one leaves training, so no phrase of a held-out sentence is trained on. A hash,
+    not a random draw: the same split in every run and on every machine."""
+    distinct = set(texts)
+    spans = {text: word_spans(text) & distinct for text in distinct}  # the texts inside each text
+    inner = set().union(*spans.values()) if spans else set()
+    held = {text for text in distinct - inner if stable_hash(f"carve:{text}") / 2**64 < fraction}
+    gone = held.union(*(spans[text] for text in held))
+    carved, seen = [], set()
+    for i, text in enumerate(texts):
+        if text in held and text not in seen:
+            carved.append(i)
+            seen.add(text)
+    return [i for i, text in enumerate(texts) if text not in gone], carved
+
+
+def word_spans(text: str) -> set[str]:
+    """The proper contiguous word spans of `text` ("a b c" -> "a", "b", "c", "a b", "b c")."""
+    words = text.split()
+    n = len(words)
+    return {" ".join(words[i:j]) for i in range(n) for j in range(i + 1, n + 1) if j - i < n}
+
+
 @dataclass(frozen=True)
 class ClassifyData(VocabSettings, SplitSettings):
     renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({"max_length": "max_input_tokens"})
     max_input_tokens: int = 256  # longer texts are cut to this many tokens (counted), in training and inference
+    carve_fraction: float = 0.0  # > 0: valid_split is this share of the training file's whole texts (`carve`)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive(self, "max_input_tokens")
+        check_fraction("carve_fraction", self.carve_fraction)
 
 
 class Classifier(Pipeline):
@@ -194,10 +228,20 @@ class ClassifyTask:
 
     # -- data -----------------------------------------------------------------------------------
     def read(self, split: str) -> tuple[list[str], list[str]]:
-        path = record_file(self.data.corpus, split, (".tsv", ".tsv.gz"))
+        """(texts, labels) of `split`; with a carve, the training and validation splits divide the
+        training file (`carve`)."""
+        data = self.data
+        carving = data.carve_fraction > 0 and split in (data.train_split, data.valid_split)
+        path = record_file(data.corpus, data.train_split if carving else split, (".tsv", ".tsv.gz"))
         texts, labels, n_empty = read_labelled(path)
         self.drops.note(split, "empty", n_empty, n_empty + len(texts), f"{path}: empty texts")
-        return texts, labels
+        if not carving:
+            return texts, labels
+        train, held = carve(texts, data.carve_fraction)
+        keep = held if split == data.valid_split else train
+        log.info("%s: %d texts, carved from %s (%d training texts, %d held out, %d phrases of them dropped)",
+                 split, len(keep), path, len(train), len(held), len(texts) - len(train) - len(held))
+        return [texts[i] for i in keep], [labels[i] for i in keep]
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
         t, data = time.monotonic(), self.data
