@@ -26,6 +26,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 # Sinusoid layouts (§3.5): "interleaved" puts sin and cos of one frequency in dims 2i, 2i+1 (the
 # paper's); "halves" puts every sine first, then every cosine (Marian, CTranslate2, tensor2tensor).
 SINUSOID_LAYOUTS = ("interleaved", "halves")
+SOURCE_UNITS = ("tokens", "sentences")
 
 
 # The Universal Transformer (Dehghani et al., 2019): "universal" applies one layer per stack again and
@@ -104,6 +105,8 @@ class TransformerConfig(RecurrenceOptions):
     max_positions: int = 1024  # learned table size; sinusoidal extends on demand
     source_positions: str = "start"  # "start": §3.5, 0 at the first source token; "end": 0 at the last
     copy_attention: bool = False  # mix in copying source tokens (See et al., 2017); not in the paper
+    source_units: str = "tokens"  # "sentences": the encoder reads one vector per sentence (aiayn.modules.sentences)
+    sentence_ends: tuple[int, ...] = ()  # with "sentences": ids of the tokens that end one (set by the qa task)
     share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
     tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
     layer_norm_eps: float = 1e-5
@@ -117,6 +120,7 @@ class TransformerConfig(RecurrenceOptions):
             object.__setattr__(self, "tgt_vocab_size", self.src_vocab_size)
         if self.share_embeddings is None:
             object.__setattr__(self, "share_embeddings", self.src_vocab_size == self.tgt_vocab_size)
+        object.__setattr__(self, "sentence_ends", tuple(self.sentence_ends))  # config.json holds a list
         self._validate()
 
     def _validate(self) -> None:
@@ -142,6 +146,9 @@ class TransformerConfig(RecurrenceOptions):
         _check(not self.copy_attention or self.src_vocab_size == self.tgt_vocab_size,
                "copy_attention needs a joint vocabulary (src_vocab_size == tgt_vocab_size): a copied "
                "source id must mean the same target token")
+        check_choice("source_units", self.source_units, SOURCE_UNITS)
+        _check(self.source_units == "tokens" or not self.copy_attention,
+               "copy_attention copies source tokens; with source_units = 'sentences' the encoder's units are sentences")
         _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)

@@ -230,3 +230,30 @@ def test_evaluate_a_summarization_model_scores_rouge_on_its_summaries(tmp_path, 
     answers = QA.from_pretrained(qa_dir).answer(CONTEXTS, QUESTIONS, method="greedy", max_len_b=3)
     assert result["metric"] == "squad"
     assert result["f1"] == round(metrics.token_f1(answers, [[r] for r in ref.read_text().splitlines()]).score, 2)
+
+
+def test_the_qa_task_gives_a_sentence_model_its_end_ids(tmp_path):
+    task = babi_task(tmp_path, 0.1, 'model.source_units="sentences"', 'model.preset="tiny"')
+    task.tokenizers = tiny_tokenizers()
+    _, config = task.model_spec()
+    vocab = task.tokenizers.src
+    assert config.sentence_ends == tuple(sorted(vocab.encode(".") + vocab.encode("?")))
+    tokens = babi_task(tmp_path, 0.1, 'model.preset="tiny"')
+    tokens.tokenizers = task.tokenizers
+    assert tokens.model_spec()[1].sentence_ends == ()  # a model of tokens has no use for them
+
+
+def test_a_sentence_model_learns_which_fact_answers_the_question(tmp_path):
+    """Two facts per story, about two people; the answer is the place in the fact about the one asked."""
+    (tmp_path / "qa1_single_train.txt").write_text(stories(600))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[train]\nmax_updates = 250\n")
+    sets = ['task="qa"', 'data.format="babi"', f'data.corpus="{tmp_path}"', 'data.train_split="qa*_train.txt"',
+            'data.valid_split="valid"', "data.carve_fraction=0.1", 'data.test_split="valid"', 'data.vocab_type="symbols"',
+            "data.max_tokens=600", 'model.preset="tiny"', "model.d_model=64", "model.d_ff=128", "model.dropout=0.0",
+            "model.norm_first=true", 'model.source_units="sentences"', 'model.source_positions="end"',
+            "optim.warmup_steps=50", "optim.lr_factor=0.5", "train.progress=false", "train.validate_every=0",
+            'decode.method="greedy"', "decode.max_len_a=0.0", "decode.max_len_b=3"]
+    assert main(["train", str(recipe), "--run-dir", str(tmp_path / "run"), *[x for s in sets for x in ("--set", s)]]) == 0
+    scores = json.loads((tmp_path / "run" / "test_scores.json").read_text())
+    assert scores["exact_match"] >= 95.0, scores

@@ -22,6 +22,7 @@ from aiayn.modules.cache import KVCache
 from aiayn.modules.copy_attention import CopyAttention
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
+from aiayn.modules.sentences import SentencePooling
 from aiayn.modules.universal import UniversalDecoder, UniversalEncoder
 
 if TYPE_CHECKING:  # fast_decoder imports this module
@@ -51,11 +52,13 @@ def _positional(cfg: TransformerConfig) -> nn.Module:
 
 class Encoder(nn.Module):
     """N identical layers over embedded + position-encoded source tokens (§3.1); or, with
-    `recurrence = "universal"`, one layer applied again and again (`aiayn.modules.universal`)."""
+    `recurrence = "universal"`, one layer applied again and again (`aiayn.modules.universal`).
+    With `source_units = "sentences"` its units are sentence vectors (`aiayn.modules.sentences`)."""
 
     def __init__(self, cfg: TransformerConfig, embed: Embeddings):
         super().__init__()
         self.embed, self.positions = embed, _positional(cfg)
+        self.sentences = SentencePooling(cfg.sentence_ends) if cfg.source_units == "sentences" else None
         self.from_end = cfg.source_positions == "end"
         self.dropout = nn.Dropout(cfg.dropout)
         universal = cfg.universal
@@ -64,21 +67,23 @@ class Encoder(nn.Module):
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
 
     def forward(self, src: Tensor, src_mask: Tensor, need_weights: bool = False):
-        """src: (B, S) ids; src_mask: (B, S) -> (memory (B, S, D), weights per layer or step or None,
-        ponder time or None)."""
+        """src: (B, S) ids; src_mask: (B, S) -> (memory (B, S, D), its mask (B, S), weights per layer or
+        step or None, ponder time or None); with sentences as units, S counts sentences in the outputs."""
+        x = self.embed(src)  # (B, S, D)
+        if self.sentences is not None:
+            x, src_mask = self.sentences(x, src, src_mask)  # (B, N, D), (B, N)
         attn_mask = None if bool(src_mask.all()) else masks.key_mask(src_mask)  # (B, 1, 1, S)
         positions, ponder = self._positions(src_mask), None
         if self.universal is not None:  # positions join before every step
-            x, weights, ponder = self.universal(self.dropout(self.embed(src)), positions, attn_mask, src_mask,
-                                                need_weights)
+            x, weights, ponder = self.universal(self.dropout(x), positions, attn_mask, src_mask, need_weights)
         else:
-            x, weights = self.dropout(self.embed(src) + positions), []  # (B, S, D)
+            x, weights = self.dropout(x + positions), []  # (B, S, D)
             for layer in self.layers:
                 x, w = layer(x, attn_mask, need_weights)
                 weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return x, (weights if need_weights else None), ponder
+        return x, src_mask, (weights if need_weights else None), ponder
 
 
     def _positions(self, src_mask: Tensor) -> Tensor:
@@ -170,7 +175,7 @@ class Transformer(PretrainedModel):
     # -- the model's own entry points -------------------------------------------------------
     def encode(self, src: Tensor, need_weights: bool = False) -> EncoderOutput:
         src_mask = masks.padding_mask(src, PAD_ID)  # (B, S)
-        memory, weights, ponder = self.encoder(src, src_mask, need_weights)
+        memory, src_mask, weights, ponder = self.encoder(src, src_mask, need_weights)
         return EncoderOutput(memory, src_mask, weights, src, ponder)
 
     def init_cache(self, enc: EncoderOutput, capacity: int = 64) -> KVCache:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar, Mapping, Optional, Sequence
 
+from aiayn.config import UNK_ID, ConfigError
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
 from aiayn.runtime import stable_hash
@@ -52,6 +53,15 @@ def words(text: str) -> str:
 def qa_source(context: str, question: str) -> str:
     """The encoder's input, as in seed 004 §9.3: `{context} [SEP] {question}`, in `words`."""
     return f"{words(context)} {SEP} {words(question)}"
+
+
+def sentence_end_ids(tokenizer) -> tuple[int, ...]:
+    """The ids of ".", "?" and "!" where the vocabulary holds each as one token of its own."""
+    ids = {tuple(tokenizer.encode(mark)) for mark in ".?!"}
+    ends = tuple(sorted(x[0] for x in ids if len(x) == 1 and x[0] != UNK_ID))
+    if not ends:
+        raise ConfigError("source_units = 'sentences': the vocabulary has no '.', '?' or '!' token to end a sentence")
+    return ends
 
 
 def carved(name: str, story: int, fraction: float) -> bool:
@@ -127,6 +137,16 @@ class QATask(Seq2SeqTask):
     def __init__(self, cfg):
         super().__init__(cfg)
         self._parsed: dict[Path, list] = {}  # bAbI file -> its questions
+
+    def model_spec(self):
+        """The encoder-decoder; with `model.source_units = "sentences"`, the ids that end a sentence
+        ("." "?" "!", as `words` splits them off) filled in from the vocabulary unless the recipe gives them."""
+        import dataclasses
+
+        kind, config = super().model_spec()
+        if getattr(config, "source_units", "tokens") == "sentences" and not config.sentence_ends:
+            config = dataclasses.replace(config, sentence_ends=sentence_end_ids(self.tokenizers.src))
+        return kind, config
 
     def examples(self, split: str) -> Examples:
         data = self.data
