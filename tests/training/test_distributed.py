@@ -1,5 +1,6 @@
 """DDP with gloo on CPU: 2 ranks with 1 micro-batch each per update == 1 process with both."""
 
+import ast
 import socket
 import time
 
@@ -9,7 +10,7 @@ import torch.multiprocessing as mp
 from aiayn.models.transformer import Transformer
 
 # the worker lives in an importable module: spawned children cannot import this test file
-from ddp_worker import OPTIM, _unknown_best_metric_worker, _worker, run_config, shard
+from ddp_worker import OPTIM, _classify_loss_worker, _unknown_best_metric_worker, _worker, run_config, shard
 from training_helpers import make_trainer, tiny_config
 
 def _free_port() -> int:
@@ -35,6 +36,14 @@ def test_two_gloo_ranks_equal_one_process_on_the_combined_batches(tmp_path):
             p, q = torch.cat([p[:D], p[2 * D:]]), torch.cat([q[:D], q[2 * D:]])
         torch.testing.assert_close(p, q, atol=1e-6, rtol=0, msg=name)
     assert (tmp_path / "ddp" / "metrics.jsonl").is_file()  # written by rank 0 only
+
+
+def test_the_encoder_only_task_losses_run_through_distributed_data_parallel(tmp_path):
+    """DDP wraps forward only: the classify and MLM losses must reach their heads through it."""
+    out = tmp_path / "losses"
+    mp.spawn(_classify_loss_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
+    for through_ddp, bare in ast.literal_eval(out.read_text()):
+        assert through_ddp == bare > 0
 
 
 def test_an_unknown_best_metric_stops_every_rank(tmp_path):

@@ -160,8 +160,15 @@ class EncoderOnly(PretrainedModel):
             h = self.final_norm(h)
         return h, (weights if need_weights else None), ponder
 
-    def forward(self, x: Tensor, need_weights: bool = False):
-        """Final states (B, 1 + T, D) ([CLS] first), and the self-attention per layer when asked."""
+    def forward(self, x: Tensor, need_weights: bool = False, head: str = "states", **options):
+        """Final states (B, 1 + T, D) ([CLS] first), and the self-attention per layer when asked; or with
+        `head = "classify"` or `"mlm"`, what `classify` or `mlm_logits` returns (with `options`). The
+        training losses go through here: DistributedDataParallel synchronises calls of forward only."""
+        if head != "states":
+            heads = {"classify": self.classify, "mlm": self.mlm_logits}
+            if head not in heads:
+                raise ValueError(f"head must be 'states', 'classify' or 'mlm', got {head!r}")
+            return heads[head](x, **options)
         h, weights, _ = self.encode(x, need_weights)
         return (h, weights) if need_weights else h
 

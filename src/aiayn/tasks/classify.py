@@ -218,6 +218,7 @@ class ClassifyTask:
     name = "classify"
     data_config = ClassifyData
     pipeline = Classifier
+    unused_parameters = True  # the encoder-only model's other head gets no gradient (`distributed.wrap_ddp`)
 
     def __init__(self, cfg: TrainConfig):
         self.cfg, self.data = cfg, cfg.data
@@ -315,7 +316,8 @@ class ClassifyTask:
     # -- training -------------------------------------------------------------------------------
     def loss(self, model, batch: TextBatch) -> LossSums:
         weight = ponder_weight(model)  # 0 unless the encoder halts with ACT
-        scores, ponder = model.classify(batch.tokens, with_ponder=True) if weight else (model.classify(batch.tokens), None)
+        scores, ponder = model(batch.tokens, head="classify", with_ponder=True) if weight else (
+            model(batch.tokens, head="classify"), None)  # through forward: DDP syncs nothing else
         scores = scores.float()  # (B, C)
         loss = F.cross_entropy(scores, batch.targets, reduction="sum", label_smoothing=self.cfg.optim.label_smoothing)
         nll = F.cross_entropy(scores.detach(), batch.targets, reduction="sum")
@@ -392,8 +394,8 @@ class MLMTask(ClassifyTask):
     def loss(self, model, batch: TextBatch) -> LossSums:
         chosen = batch.targets != PAD_ID  # (B, T): the positions in the loss
         weight = ponder_weight(model)
-        logits, ponder = model.mlm_logits(batch.tokens, chosen, with_ponder=True) if weight else (
-            model.mlm_logits(batch.tokens, chosen), None)  # (M, V)
+        logits, ponder = model(batch.tokens, head="mlm", chosen=chosen, with_ponder=True) if weight else (
+            model(batch.tokens, head="mlm", chosen=chosen), None)  # (M, V)
         sums = label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
         return add_ponder_cost(sums, ponder, weight)
 

@@ -49,6 +49,16 @@ def init_from_env(device_type: str) -> DistInfo:
     return info
 
 
+def wrap_ddp(model: torch.nn.Module, device: torch.device, unused_parameters: bool = False):
+    """`model` in DistributedDataParallel. A task whose loss leaves some parameters without a gradient
+    (the encoder-only model's MLM head while it classifies) passes `unused_parameters` (its class
+    attribute of that name), so that DDP looks for them at every step instead of failing at the second."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=unused_parameters)
+
+
 def shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()

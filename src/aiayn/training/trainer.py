@@ -36,7 +36,7 @@ from aiayn.config import OptimConfig
 from aiayn.runtime import cpu_flags, native_bf16, resolve_precision
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
-from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects
+from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects, wrap_ddp
 from aiayn.training.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Trainer:
         self.device = next(model.parameters()).device
         self.precision = resolve_precision(self.run.precision, self.device)  # "auto" -> bf16 where native
         self.ckpt_root = self.run_dir / ckpt.CHECKPOINT_DIR
-        self.ddp = self._wrap_ddp(model) if dist.enabled else None
+        self.ddp = wrap_ddp(model, self.device, getattr(task, "unused_parameters", False)) if dist.enabled else None
         self.optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps,
                                           weight_decay=optim.weight_decay, fused=True)  # one kernel per step
         self.scaler = self._make_scaler()
@@ -107,12 +107,6 @@ class Trainer:
         self._epoch_batches = 0
 
     # -- setup ------------------------------------------------------------------------------
-    def _wrap_ddp(self, model: nn.Module):
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
-
     def _make_scaler(self):
         if self.precision != "fp16":
             return None
