@@ -102,3 +102,17 @@ def test_beam_one_is_greedy_and_a_saved_model_keeps_its_end_ids(tmp_path):
     loaded = load_model(tmp_path).eval()
     assert loaded.config.sentence_ends == (END, QMARK)
     torch.testing.assert_close(loaded.encode(src).memory, model.encode(src).memory)
+
+
+def test_attention_plots_label_each_sentence_as_the_pooling_groups_them():
+    from aiayn.plots.attention import decode_with_attention, sentence_labels
+
+    assert sentence_labels(["a", "b", ".", "c", "?", "</s>"], [7, 8, END, 9, QMARK, EOS_ID], (END, QMARK)) == [
+        "a b .", "c ?", "</s>"]
+    pooling, generator = SentencePooling((END, QMARK)), torch.Generator().manual_seed(3)
+    for _ in range(20):  # as many labels as the pooling makes sentences
+        ids = torch.randint(3, 9, (int(torch.randint(1, 12, (1,), generator=generator)),), generator=generator)
+        _, mask = pooling(torch.zeros(1, len(ids), D), ids[None], torch.ones(1, len(ids), dtype=torch.bool))
+        assert len(sentence_labels([str(i) for i in ids.tolist()], ids.tolist(), (END, QMARK))) == int(mask.sum())
+    maps = decode_with_attention(sentence_model(), SOURCES[0], 0.0, 3)
+    assert maps.cross.shape[-1] == maps.encoder.shape[-1] == 4  # the decoder attends over sentences

@@ -128,11 +128,26 @@ def attention_maps(model, tokenizers, src_ids: Sequence[int], max_len_a: float |
     """`decode_with_attention` of `src_ids` (ids + EOS, cut as the caller's door cuts them), with the
     subword pieces as labels. A task's pipeline calls this (`Pipeline.attention`)."""
     maps = decode_with_attention(model, src_ids, max_len_a, max_len_b)
+    src_labels = tokenizers.src.pieces(maps.src_ids)
+    if getattr(model.config, "source_units", "tokens") == "sentences":  # the encoder's units are sentences
+        src_labels = sentence_labels(src_labels, maps.src_ids, model.config.sentence_ends)
     return AttentionMaps(
         maps.src_ids, maps.out_ids, maps.encoder, maps.decoder, maps.cross,
-        tokenizers.src.pieces(maps.src_ids), tokenizers.tgt.pieces([BOS_ID, *maps.out_ids[:-1]]),
-        tokenizers.tgt.pieces(maps.out_ids),
+        src_labels, tokenizers.tgt.pieces([BOS_ID, *maps.out_ids[:-1]]), tokenizers.tgt.pieces(maps.out_ids),
     )
+
+
+def sentence_labels(pieces: Sequence[str], ids: Sequence[int], ends: Sequence[int], width: int = 28) -> list[str]:
+    """One label per sentence, as `aiayn.modules.sentences` groups the ids: a sentence ends at an id
+    of `ends`; what follows the last end is one more. Labels over `width` characters are shortened."""
+    labels, current = [], []
+    for piece, i in zip(pieces, ids):
+        current.append(piece)
+        if i in ends:
+            labels.append(" ".join(current))
+            current = []
+    labels += [" ".join(current)] if current else []
+    return [t if len(t) <= width else t[: width - 1] + "…" for t in labels]
 
 
 @torch.inference_mode()
