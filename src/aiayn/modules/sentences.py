@@ -18,6 +18,13 @@ import torch
 from torch import Tensor, nn
 
 
+def sentence_index(src: Tensor, ends: Tensor, real: Tensor) -> Tensor:
+    """(B, S) ids -> (B, S) the sentence of each token (0, 1, ...): a sentence ends at an id of `ends`;
+    padding (`real` False) gets 0."""
+    is_end = torch.isin(src, ends).long()
+    return (torch.cumsum(is_end, 1) - is_end).masked_fill(~real, 0)
+
+
 class SentencePooling(nn.Module):
     """(B, S, D) token embeddings -> (B, N, D) sentence vectors and their (B, N) mask; no weights."""
 
@@ -30,8 +37,7 @@ class SentencePooling(nn.Module):
 
     def forward(self, x: Tensor, src: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
         """x: (B, S, D) embedded ids `src` (B, S); real: (B, S) bool, True at non-pad tokens."""
-        is_end = torch.isin(src, self.ends).long()  # (B, S)
-        sentence = (torch.cumsum(is_end, 1) - is_end).masked_fill(~real, 0)  # (B, S): each token's sentence
+        sentence = sentence_index(src, self.ends, real)  # (B, S)
         n = int(sentence.max()) + 1 if x.shape[1] else 1
         member = (sentence[:, None, :] == torch.arange(n, device=src.device)[None, :, None]) & real[:, None, :]  # (B, N, S)
         length = member.sum(-1)  # (B, N): J of each sentence

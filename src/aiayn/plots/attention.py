@@ -138,15 +138,16 @@ def attention_maps(model, tokenizers, src_ids: Sequence[int], max_len_a: float |
 
 
 def sentence_labels(pieces: Sequence[str], ids: Sequence[int], ends: Sequence[int], width: int = 28) -> list[str]:
-    """One label per sentence, as `aiayn.modules.sentences` groups the ids: a sentence ends at an id
-    of `ends`; what follows the last end is one more. Labels over `width` characters are shortened."""
-    labels, current = [], []
-    for piece, i in zip(pieces, ids):
-        current.append(piece)
-        if i in ends:
-            labels.append(" ".join(current))
-            current = []
-    labels += [" ".join(current)] if current else []
+    """One label per sentence, the pieces grouped by `aiayn.modules.sentences.sentence_index` (as the
+    encoder pools them). Labels over `width` characters are shortened."""
+    from aiayn.modules.sentences import sentence_index
+
+    src = torch.tensor([list(ids)])
+    index = sentence_index(src, torch.tensor(list(ends)), torch.ones_like(src, dtype=torch.bool))[0].tolist()
+    groups: list[list[str]] = [[] for _ in range(max(index, default=-1) + 1)]
+    for piece, i in zip(pieces, index):
+        groups[i].append(piece)
+    labels = [" ".join(g) for g in groups]
     return [t if len(t) <= width else t[: width - 1] + "…" for t in labels]
 
 

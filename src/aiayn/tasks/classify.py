@@ -226,6 +226,7 @@ class ClassifyTask:
         self.labels: list[str] = []
         self.splits: dict[str, tuple[list[list[int]], list[int]]] = {}
         self.drops = Drops()
+        self._carved: Optional[tuple] = None  # with data.carve_fraction: (texts, labels, n_empty, train, held)
 
     # -- data -----------------------------------------------------------------------------------
     def read(self, split: str) -> tuple[list[str], list[str]]:
@@ -234,14 +235,19 @@ class ClassifyTask:
         data = self.data
         carving = data.carve_fraction > 0 and split in (data.train_split, data.valid_split)
         path = record_file(data.corpus, data.train_split if carving else split, (".tsv", ".tsv.gz"))
-        texts, labels, n_empty = read_labelled(path)
+        if carving and self._carved is not None:  # both splits come from one reading and one carve
+            texts, labels, n_empty, train, held = self._carved
+        else:
+            texts, labels, n_empty = read_labelled(path)
+            if carving:
+                train, held = carve(texts, data.carve_fraction)
+                self._carved = texts, labels, n_empty, train, held
+                log.info("carved %s: %d training texts, %d held out as %s, %d phrases of them dropped", path,
+                         len(train), len(held), data.valid_split, len(texts) - len(train) - len(held))
         self.drops.note(split, "empty", n_empty, n_empty + len(texts), f"{path}: empty texts")
         if not carving:
             return texts, labels
-        train, held = carve(texts, data.carve_fraction)
         keep = held if split == data.valid_split else train
-        log.info("%s: %d texts, carved from %s (%d training texts, %d held out, %d phrases of them dropped)",
-                 split, len(keep), path, len(train), len(held), len(texts) - len(train) - len(held))
         return [texts[i] for i in keep], [labels[i] for i in keep]
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
@@ -315,13 +321,11 @@ class ClassifyTask:
 
     # -- training -------------------------------------------------------------------------------
     def loss(self, model, batch: TextBatch) -> LossSums:
-        weight = ponder_weight(model)  # 0 unless the encoder halts with ACT
-        scores, ponder = model(batch.tokens, head="classify", with_ponder=True) if weight else (
-            model(batch.tokens, head="classify"), None)  # through forward: DDP syncs nothing else
+        scores, ponder = model(batch.tokens, head="classify", with_ponder=True)  # through forward, for DDP
         scores = scores.float()  # (B, C)
         loss = F.cross_entropy(scores, batch.targets, reduction="sum", label_smoothing=self.cfg.optim.label_smoothing)
         nll = F.cross_entropy(scores.detach(), batch.targets, reduction="sum")
-        return add_ponder_cost(LossSums(loss, nll, batch.targets.numel()), ponder, weight)
+        return add_ponder_cost(LossSums(loss, nll, batch.targets.numel()), ponder, ponder_weight(model))
 
     def n_targets(self, batch: TextBatch) -> int:
         return batch.targets.numel()
@@ -393,11 +397,9 @@ class MLMTask(ClassifyTask):
 
     def loss(self, model, batch: TextBatch) -> LossSums:
         chosen = batch.targets != PAD_ID  # (B, T): the positions in the loss
-        weight = ponder_weight(model)
-        logits, ponder = model(batch.tokens, head="mlm", chosen=chosen, with_ponder=True) if weight else (
-            model(batch.tokens, head="mlm", chosen=chosen), None)  # (M, V)
+        logits, ponder = model(batch.tokens, head="mlm", chosen=chosen, with_ponder=True)  # (M, V)
         sums = label_smoothed_loss(logits, batch.targets[chosen], self.cfg.optim.label_smoothing, PAD_ID)
-        return add_ponder_cost(sums, ponder, weight)
+        return add_ponder_cost(sums, ponder, ponder_weight(model))
 
     def n_targets(self, batch: TextBatch) -> int:
         return int((batch.targets != PAD_ID).sum())
