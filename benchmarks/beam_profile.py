@@ -47,8 +47,8 @@ def kind_of(name: str) -> str:
 def profile_beam(decoder, src: torch.Tensor, runs: int) -> tuple[dict[str, float], list[tuple[str, float]]]:
     """Milliseconds per decoding step of each kind (the mean over `runs` searches, after one warm-up),
     and of each op, most first."""
-    cfg = DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=OUT_LEN)
-    search = lambda: beam_search(decoder, src, cfg, min_len=OUT_LEN)  # noqa: E731
+    cfg = DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=OUT_LEN, min_len=OUT_LEN)
+    search = lambda: beam_search(decoder, src, cfg)  # noqa: E731
     with torch.inference_mode():
         search()
         with profile(activities=[ProfilerActivity.CPU]) as prof:

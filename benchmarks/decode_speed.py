@@ -67,8 +67,8 @@ def sources(batch: int, vocab: int = VOCAB, seed: int = 1) -> torch.Tensor:
 def ours(model, src, beam: int) -> list[list[int]]:
     if beam == 1:
         return greedy_search(model, src, 0.0, OUT_LEN, min_len=OUT_LEN)
-    cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=OUT_LEN)
-    return [h[0].tokens for h in beam_search(model, src, cfg, min_len=OUT_LEN)]
+    cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=OUT_LEN, min_len=OUT_LEN)
+    return [h[0].tokens for h in beam_search(model, src, cfg)]
 
 
 # -- textbook: recompute the whole prefix at every step -------------------------------------

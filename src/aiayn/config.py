@@ -245,6 +245,7 @@ class DecodeConfig:
     length_penalty_form: str = "gnmt"  # "gnmt": ((5+|Y|)/6)^α (the paper's); "plain": |Y|^α
     max_len_a: float = 1.0
     max_len_b: int = 50
+    min_len: int = 0  # n > 0: no EOS before n tokens (fairseq --min-len, Hugging Face min_length); not in the paper
     nbest: int = 1
     no_repeat_ngram_size: int = 0  # n > 0: no n-gram twice in an output (fairseq, Hugging Face); not in the paper
 
@@ -255,6 +256,7 @@ class DecodeConfig:
         _check(self.length_penalty_form in ("gnmt", "plain"),
                f"length_penalty_form must be 'gnmt' or 'plain', got {self.length_penalty_form!r}")
         _check(self.max_len_a >= 0 and self.max_len_b >= 0, "max_len_a and max_len_b must be >= 0")
+        _check(self.min_len >= 0, f"min_len must be >= 0, got {self.min_len}")
         _check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
         _check(1 <= self.nbest <= self.beam_size,
                f"nbest must be in [1, beam_size={self.beam_size}], got {self.nbest}")

@@ -42,6 +42,15 @@ def test_no_repeat_ngram_size_flag(model_dir, monkeypatch, capsys):
     assert all(len(set(line.split())) == len(line.split()) for line in out)  # n = 1: no symbol twice
 
 
+def test_min_len_flag(model_dir, monkeypatch, capsys):
+    with_stdin(monkeypatch, "\n".join(LINES) + "\n")
+    assert main(["translate", str(model_dir), "--beam-size", "2", "--max-len-b", "10", "--min-len", "7"]) == 0
+    out = capsys.readouterr().out.split("\n")[:-1]
+    translator = Translator.from_pretrained(model_dir)
+    assert out == translator.translate(LINES, beam_size=2, max_len_b=10, min_len=7)
+    assert out != translator.translate(LINES, beam_size=2, max_len_b=10)  # the flag changed something
+
+
 def test_files_with_progress_bar(model_dir, tmp_path, capsys):
     src, hyp = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")

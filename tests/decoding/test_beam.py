@@ -160,7 +160,7 @@ def test_results_do_not_depend_on_batch_composition():
 def test_min_len_and_learned_position_limit():
     model = tiny(positional="learned", max_positions=8)
     src = sources()
-    cfg = DecodeConfig(beam_size=2, max_len_b=50)
-    out = beam_search(model, src, cfg, min_len=20)
+    cfg = DecodeConfig(beam_size=2, max_len_b=50, min_len=20)
+    out = beam_search(model, src, cfg)
     assert all(len(h[0].tokens) == 8 for h in out)  # EOS forbidden; 8 is the table end
     assert all(len(g) == 8 for g in greedy_search(model, src, min_len=20))

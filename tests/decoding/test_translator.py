@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.config import EOS_ID, DecodeConfig, TransformerConfig
+from aiayn.config import EOS_ID, DecodeConfig, SamplingConfig, TransformerConfig
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources
 from aiayn.models.transformer import Transformer
+from aiayn.decoding.streaming import stream_search
 from aiayn.decoding.translator import Translator
 
 from fake_decoder import A, B_, C, FakeModel
@@ -266,3 +267,25 @@ def test_continuous_session_answers_what_translate_answers(model_dir, nbest, opt
             # bf16 matmuls round differently as the batch's rows change: scores agree to 1e-3 there
             assert [s for _, s in g] == pytest.approx([s for _, s in w], abs=1e-3 if options.get("precision") else 1e-5)
     assert tr.continuous(beam_size=1) is None and tr.continuous(method="sample") is None  # whole calls do those
+
+
+# Without a minimum length: "a" (.6 · .7) beats "b" (.4 · .8) and "a a" (.6 · .3). With min_len 2 the end
+# is banned at the second step: "a a" (.6 · .3) beats "b c" (.4 · .2), and no output has one token.
+ENDS_EARLY = {(): {A: 0.6, B_: 0.4}, (A,): {A: 0.3, EOS_ID: 0.7}, (B_,): {C: 0.2, EOS_ID: 0.8}}
+
+
+def test_min_len_bans_the_end_in_every_search(model_dir):
+    model = FakeTranslationModel(ENDS_EARLY, vocab=len(SYMBOLS) + 4)
+    tr = Translator(model, TokenizerPair.shared(SymbolTokenizer(SYMBOLS)), decode=DecodeConfig(max_len_b=4))
+    for options in ({"beam_size": 2}, {"method": "greedy"}):
+        assert tr.translate(["a"], **options) == ["a"]
+        assert tr.translate(["a"], min_len=2, **options) == ["a a"]
+    sampled = tr.translate(["a"] * 200, method="sample", seed=3, min_len=2)
+    assert set(sampled) == {"a a", "b c"}
+    src = torch.tensor([[A, EOS_ID]])
+    assert list(stream_search(model, src, DecodeConfig(method="greedy", min_len=2), SamplingConfig())) == [A, A]
+    real = Translator.from_pretrained(model_dir)
+    assert real.continuous(beam_size=2) is not None
+    assert real.continuous(beam_size=2, min_len=2) is None  # its sentences are at different steps: whole calls do it
+    with pytest.raises(ValueError, match="min_len must be >= 0"):
+        DecodeConfig(min_len=-1)

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("ctranslate2", reason="the ct2 extra is not installed: pip install -e '.[ct2]'")
 
 from aiayn import cli  # noqa: E402
-from aiayn.config import BOS_ID, PAD_ID, DecodeConfig, TransformerConfig  # noqa: E402
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig  # noqa: E402
 from aiayn.data.synthetic import symbols  # noqa: E402
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers  # noqa: E402
 from aiayn.export import MANIFEST, export_ctranslate2  # noqa: E402
@@ -25,11 +25,15 @@ GREEDY = dict(method="greedy", max_len_a=1.0, max_len_b=5)
 BEAM = dict(method="beam", beam_size=4, max_len_a=0.5, max_len_b=6)
 
 
-def make_model_dir(directory, seed: int = 0, **config):
-    """A tiny random Transformer with a 10-symbol vocabulary, announcing the pair de -> en."""
+def make_model_dir(directory, seed: int = 0, eos_weight: float = 0.0, **config):
+    """A tiny random Transformer with a 10-symbol vocabulary, announcing the pair de -> en.
+    `eos_weight` > 0 raises EOS's logit by about eos_weight · 0.1 · D (see `never_pad_or_bos`)."""
     torch.manual_seed(seed)
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=14, **config))
     never_pad_or_bos(model)
+    if eos_weight:
+        with torch.no_grad():
+            model.decoder.embed.weight[EOS_ID] = eos_weight
     model.save_pretrained(directory)
     save_tokenizers(TokenizerPair.shared(SymbolTokenizer(symbols(10))), directory)
     decode = dataclasses.asdict(DecodeConfig(max_len_a=0.0, max_len_b=6))
@@ -98,6 +102,16 @@ def test_no_repeat_ngram_size_passes_to_ctranslate2(model_dir, exported):
     for text in (repeated, ct2.translate(TEXTS, no_repeat_ngram_size=2, **beam)):
         bigrams = [list(zip(t.split(), t.split()[1:])) for t in text]
         assert any(len(set(b)) < len(b) for b in bigrams) == (text is repeated)
+
+
+def test_min_len_passes_to_ctranslate2(tmp_path):
+    model_dir = make_model_dir(tmp_path / "model", eos_weight=1.0)  # ends its outputs early
+    native, ct2 = both(model_dir, export_ctranslate2(model_dir, tmp_path / "ct2"))
+    for options in (GREEDY, BEAM):
+        free, at_least_3 = native.translate(TEXTS, **options), native.translate(TEXTS, min_len=3, **options)
+        assert any(len(text.split()) < 3 for text in free)  # the option is exercised
+        assert all(len(text.split()) >= 3 for text, source in zip(at_least_3, TEXTS) if source.strip())
+        assert ct2.translate(TEXTS, min_len=3, **options) == at_least_3
 
 
 def test_pre_norm_and_separate_vocabularies_decode_as_aiayn(tmp_path):

@@ -26,6 +26,7 @@ def add_decode_arguments(p) -> None:
                    help=f"gnmt: ((5+|Y|)/6)^α, plain: |Y|^α (default: {_D.length_penalty_form})")
     g.add_argument("--max-len-a", type=float, help=f"max output = a·|src| + b tokens (default a: {_D.max_len_a})")
     g.add_argument("--max-len-b", type=int, help=f"(default b: {_D.max_len_b})")
+    g.add_argument("--min-len", type=int, help=f"no end of output before this many tokens (default: {_D.min_len})")
     g.add_argument("--no-repeat-ngram-size", type=int,
                    help=f"n > 0: no output repeats an n-gram of its own (default: {_D.no_repeat_ngram_size}, off)")
     g.add_argument("--temperature", type=float, help=f"sampling temperature (default: {_S.temperature})")
@@ -61,8 +62,8 @@ def translate_kwargs(args) -> dict:
     """The decoding flags as `Translator.translate` overrides; unset ones (None) keep the config's value."""
     return dict(method=args.method, beam_size=args.beam_size, length_penalty=args.length_penalty,
                 length_penalty_form=args.length_penalty_form, max_len_a=args.max_len_a,
-                max_len_b=args.max_len_b, no_repeat_ngram_size=args.no_repeat_ngram_size, temperature=args.temperature, top_k=args.top_k,
-                top_p=args.top_p, seed=args.seed)
+                max_len_b=args.max_len_b, min_len=args.min_len, no_repeat_ngram_size=args.no_repeat_ngram_size,
+                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
 
 
 def add_arguments(p) -> None:

@@ -64,11 +64,11 @@ class _State:
 
 
 @torch.inference_mode()
-def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = None, min_len: int = 0) -> list[list[Hypothesis]]:
+def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = None) -> list[list[Hypothesis]]:
     """n-best lists (best first, `config.nbest` long) for each row of src (B, S).
 
     `config` defaults to `DecodeConfig()` (beam 4, GNMT α = 0.6, |src| + 50 tokens);
-    `min_len` forbids EOS before that many tokens.
+    its `min_len` forbids EOS before that many tokens.
     """
     cfg = config or DecodeConfig()
     B = src.shape[0]
@@ -76,7 +76,7 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     bans = banned_tokens(src.device)
     for t in range(int(beams.limits.max())):
         logits = model.step(beams.last, state)  # (N, V)
-        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < min_len)], float("-inf"))
+        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < cfg.min_len)], float("-inf"))
         n_before = beams.ids.numel()
         beams, rows = advance(beams, logp, cfg)
         if beams.ids.numel() == 0:

@@ -73,8 +73,8 @@ def stream_search(model: Decodable, src: Tensor, decode: DecodeConfig, sampling:
         pick = pick_greedy
     else:
         raise ValueError("beam search does not stream: its best hypothesis is known only when it ends")
-    return stream_tokens(model, src, pick, decode.max_len_a, decode.max_len_b,
-                         no_repeat_ngram_size=decode.no_repeat_ngram_size)
+    return stream_tokens(model, src, pick, decode.max_len_a, decode.max_len_b, decode.min_len,
+                         decode.no_repeat_ngram_size)
 
 
 def text_pieces(tokens: Iterable[int], decode: Callable[[list[int]], str]) -> Iterator[str]:

@@ -166,9 +166,11 @@ class Translator(TextTranslator):
 
     def continuous(self, *, nbest: int | None = None, **overrides) -> "ContinuousTranslation | None":
         """A continuous-batching session with these settings (`aiayn.decoding.continuous`), or None
-        where it does not apply: greedy search, sampling, or a model without a ragged step."""
+        where it does not apply: greedy search, sampling, a minimum length (its EOS ban is per step, and
+        the sentences of a session are at different steps), or a model without a ragged step."""
         decode, _ = self.settings(overrides, nbest)
-        if decode.method != "beam" or decode.beam_size < 2 or not getattr(self.decoder, "ragged_steps", False):
+        if (decode.method != "beam" or decode.beam_size < 2 or decode.min_len
+                or not getattr(self.decoder, "ragged_steps", False)):
             return None
         return ContinuousTranslation(self, decode, nbest is not None)
 
@@ -179,14 +181,14 @@ class Translator(TextTranslator):
 
     def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, lines: list[int]):
         """-> per row, a list of (token ids, score). `lines`: each row's line number, for seeding."""
-        a, b, n = decode.max_len_a, decode.max_len_b, decode.no_repeat_ngram_size
+        limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len,
+                      no_repeat_ngram_size=decode.no_repeat_ngram_size)
         if decode.method == "sample":
             generators = None if sampling.seed is None else [
                 torch.Generator(device=self.device).manual_seed(line_seed(sampling.seed, i)) for i in lines]
-            outs = sample(self.decoder, src, sampling, max_len_a=a, max_len_b=b, generators=generators,
-                          no_repeat_ngram_size=n)
+            outs = sample(self.decoder, src, sampling, generators=generators, **limits)
         elif decode.method == "greedy" or decode.beam_size == 1:
-            outs = greedy_search(self.decoder, src, a, b, no_repeat_ngram_size=n)
+            outs = greedy_search(self.decoder, src, **limits)
         else:
             return [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(self.decoder, src, decode)]
         return [[(tokens, 0.0)] for tokens in outs]

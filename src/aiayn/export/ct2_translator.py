@@ -15,8 +15,8 @@ How aiayn's decoding settings map onto CTranslate2's:
                         CTranslate2 bans before its softmax, aiayn after it (as fairseq and Hugging
                         Face do), so greedy outputs are the same but beam scores, and so beam
                         outputs, may differ
-    banned tokens       PAD and BOS are suppressed (`suppress_sequences`), EOS is allowed from
-                        the first step (min_decoding_length 0), as in aiayn's searches
+    min_len             min_decoding_length (EOS is banned before that many tokens in both)
+    banned tokens       PAD and BOS are suppressed (`suppress_sequences`)
 
 Length penalty. CTranslate2 ranks finished hypotheses by log P / |Y|^α ("plain" in
 `aiayn.decoding.length_penalty`); with `return_end_token` |Y| counts the EOS, as aiayn's does.
@@ -123,7 +123,7 @@ class CT2Translator(TextTranslator):
         return [self._hypotheses(r, decode) if beam else [(self._ids(r.hypotheses[0]), 0.0)] for r in results]
 
     def _options(self, limit: int, decode: DecodeConfig, sampling: SamplingConfig) -> dict:
-        options = dict(max_decoding_length=limit, min_decoding_length=0, max_input_length=0,
+        options = dict(max_decoding_length=limit, min_decoding_length=decode.min_len, max_input_length=0,
                        suppress_sequences=self._suppress, return_end_token=True,
                        max_batch_size=self.batch_tokens, batch_type="tokens", beam_size=1,
                        no_repeat_ngram_size=decode.no_repeat_ngram_size)
