@@ -226,7 +226,18 @@ class Runner:
 
 
 def model_config(name: str) -> TransformerConfig:
-    return TransformerConfig.preset(name, src_vocab_size=VOCAB)
+    """A preset, with "+key=value" overrides of whole-number fields: "small+d_model=128+d_ff=512"."""
+    preset, *overrides = name.split("+")
+    fields = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if not value.isdigit():
+            raise SystemExit(f"--configs: want preset+key=whole number, got {item!r} in {name!r}")
+        fields[key] = int(value)
+    try:
+        return TransformerConfig.preset(preset, src_vocab_size=VOCAB, **fields)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"--configs {name!r}: {e}") from None
 
 
 def run_config(name: str, precisions: list[str], batches: list[Batch], warmup: int,
@@ -261,7 +272,8 @@ def native_bf16(fp32_gflops_512: float) -> tuple[bool, float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", default="small,base", help="comma-separated presets (default: small,base)")
+    p.add_argument("--configs", default="small,base", help="comma-separated presets, each with optional +key=N overrides, "
+                                                           "e.g. small+d_model=128 (default: small,base)")
     p.add_argument("--precisions", default="auto",
                    help="fp32,bf16 or auto (default: bf16 only where this CPU has native bf16 matmuls)")
     p.add_argument("--steps", type=int, default=3, help="measured steps per model and config (default: 3)")

@@ -220,3 +220,18 @@ def test_decode_speed_runs_every_peer_in_its_own_process_and_prints_ratios():
             assert row[peer] > 0
         # the JSON rounds to 3 decimals: a ratio far below 1 (a loaded machine) may differ by that much alone
         assert math.isclose(row["ours_int8/ct2_int8"], row["ours_int8"] / row["ct2_int8"], rel_tol=1e-2, abs_tol=5e-4)
+
+
+def test_train_throughput_configs_take_overrides_of_a_preset():
+    sys.path.insert(0, str(BENCHMARKS))
+    from train_throughput import model_config
+
+    from aiayn.config import TransformerConfig
+
+    cfg = model_config("small+d_model=128+n_encoder_layers=4")
+    small = TransformerConfig.preset("small", src_vocab_size=cfg.src_vocab_size)
+    assert (cfg.d_model, cfg.n_encoder_layers) == (128, 4)
+    assert (cfg.d_ff, cfg.n_heads, cfg.n_decoder_layers) == (small.d_ff, small.n_heads, small.n_decoder_layers)
+    for bad in ("small+d_model=x", "small+nonsense=3", "small+d_model"):
+        with pytest.raises(SystemExit, match="--configs"):
+            model_config(bad)

@@ -73,10 +73,10 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     cfg = config or DecodeConfig()
     B = src.shape[0]
     state, beams = start_beams(model, src, cfg, torch.arange(B, device=src.device), [[] for _ in range(B)])
-    bans = banned_tokens(src.device)
-    for t in range(int(beams.limits.max())):
+    bans = banned_tokens(src.device)[0]  # PAD, BOS; `advance` bans EOS before min_len
+    for _ in range(int(beams.limits.max())):
         logits = model.step(beams.last, state)  # (N, V)
-        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans[int(t < cfg.min_len)], float("-inf"))
+        logp = torch.log_softmax(logits.float(), dim=-1).index_fill_(1, bans, float("-inf"))
         n_before = beams.ids.numel()
         beams, rows = advance(beams, logp, cfg)
         if beams.ids.numel() == 0:
@@ -119,6 +119,8 @@ def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Ten
     V = logp.shape[-1]
     W = state.history.shape[2]
     t = W - state.start  # (B',) tokens so far in each sentence
+    if cfg.min_len:  # per sentence: a continuous search's sentences are at different steps
+        logp[:, EOS_ID].masked_fill_((t < cfg.min_len).repeat_interleave(K), float("-inf"))
     if cfg.no_repeat_ngram_size:
         ban_repeated_ngrams_(logp, state.history.reshape(Bn * K, W), cfg.no_repeat_ngram_size,
                              state.start.repeat_interleave(K))

@@ -166,11 +166,9 @@ class Translator(TextTranslator):
 
     def continuous(self, *, nbest: int | None = None, **overrides) -> "ContinuousTranslation | None":
         """A continuous-batching session with these settings (`aiayn.decoding.continuous`), or None
-        where it does not apply: greedy search, sampling, a minimum length (its EOS ban is per step, and
-        the sentences of a session are at different steps), or a model without a ragged step."""
+        where it does not apply: greedy search, sampling, or a model without a ragged step."""
         decode, _ = self.settings(overrides, nbest)
-        if (decode.method != "beam" or decode.beam_size < 2 or decode.min_len
-                or not getattr(self.decoder, "ragged_steps", False)):
+        if decode.method != "beam" or decode.beam_size < 2 or not getattr(self.decoder, "ragged_steps", False):
             return None
         return ContinuousTranslation(self, decode, nbest is not None)
 
@@ -181,14 +179,14 @@ class Translator(TextTranslator):
 
     def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, lines: list[int]):
         """-> per row, a list of (token ids, score). `lines`: each row's line number, for seeding."""
-        limits = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len,
-                      no_repeat_ngram_size=decode.no_repeat_ngram_size)
+        lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len,
+                       no_repeat_ngram_size=decode.no_repeat_ngram_size)
         if decode.method == "sample":
             generators = None if sampling.seed is None else [
                 torch.Generator(device=self.device).manual_seed(line_seed(sampling.seed, i)) for i in lines]
-            outs = sample(self.decoder, src, sampling, generators=generators, **limits)
+            outs = sample(self.decoder, src, sampling, generators=generators, **lengths)
         elif decode.method == "greedy" or decode.beam_size == 1:
-            outs = greedy_search(self.decoder, src, **limits)
+            outs = greedy_search(self.decoder, src, **lengths)
         else:
             return [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(self.decoder, src, decode)]
         return [[(tokens, 0.0)] for tokens in outs]
