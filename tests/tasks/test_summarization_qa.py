@@ -15,7 +15,8 @@ from aiayn.data.tokenizer import SentencePieceTokenizer, SymbolTokenizer, Tokeni
 from aiayn.models import Transformer
 from aiayn.tasks.qa import QATask
 from aiayn.tasks.summarization import SummarizationTask
-from aiayn.tasks.qa import QA, SEP, carved, qa_source
+from aiayn.tasks.qa import QA, SEP, qa_source
+from aiayn.tasks.settings import carved
 from aiayn.tasks.summarization import Summarizer, lead
 from aiayn.training.config import load_config
 
@@ -65,6 +66,20 @@ def test_a_bad_jsonl_line_names_the_file_and_line(tmp_path):
         summarization_task(tmp_path).examples("train")
 
 
+def test_a_carved_summarization_split_is_whole_bodies_disjoint_and_stable(tmp_path):
+    bodies = [f"note number {i} about the budget" for i in range(300)]
+    rows = [{"body": b, "subject": f"s{i}"} for i, b in enumerate(bodies)] + [{"body": bodies[0], "subject": "dup"}]
+    write_jsonl(tmp_path / "train.jsonl.gz", rows)
+    write_jsonl(tmp_path / "dev.jsonl.gz", [{"body": "a b", "subject": "c", "ann0": "d"}])
+    task = summarization_task(tmp_path, 'data.valid_split="tune"', "data.carve_fraction=0.2")
+    train, tune = task.examples("train"), task.examples("tune")
+    assert len(train.src) + len(tune.src) == 301 and 30 <= len(tune.src) <= 90
+    assert not set(train.src) & set(tune.src)  # a repeated body falls on one side with its twin
+    assert [s for s in bodies if carved(s, 0.2)] == sorted(set(tune.src), key=bodies.index)
+    assert task.examples("tune").src == tune.src and task.examples("dev").src == ["a b"]  # stable; dev whole
+    assert len(summarization_task(tmp_path).examples("train").src) == 301  # no carve: all of it
+
+
 def stories(n: int) -> str:
     """n two-fact bAbI stories, one question each, numbered as the real files are."""
     people, places = ["Mary", "John", "Sandra"], ["garden", "kitchen", "office"]
@@ -84,7 +99,7 @@ def test_the_carved_validation_split_is_whole_stories_disjoint_and_stable(tmp_pa
     assert len(train.src) + len(valid.src) == 800
     for t in (1, 2):  # about 10% of the stories of every task
         assert 20 <= valid.groups.count(t) <= 60
-    expected = [i for i in range(400) if carved("qa1_single_train.txt", i, 0.1)]
+    expected = [i for i in range(400) if carved(f"qa1_single_train.txt:{i}", 0.1)]
     assert len([g for g in valid.groups if g == 1]) == len(expected)
     again = babi_task(tmp_path).examples("valid")
     assert again.src == valid.src  # the same split every time: a hash, not a draw

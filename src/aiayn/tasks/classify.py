@@ -44,8 +44,7 @@ from aiayn.models.base import eval_mode
 from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import NoPipeline, Pipeline, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import build_tokenizers
-from aiayn.runtime import stable_hash
-from aiayn.tasks.settings import SplitSettings, VocabSettings, check_fraction, check_positive
+from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, check_fraction, check_positive
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
@@ -114,7 +113,7 @@ def carve(texts: Sequence[str], fraction: float) -> tuple[list[int], list[int]]:
     distinct = set(texts)
     spans = {text: word_spans(text) & distinct for text in distinct}  # the texts inside each text
     inner = set().union(*spans.values()) if spans else set()
-    held = {text for text in distinct - inner if stable_hash(f"carve:{text}") / 2**64 < fraction}
+    held = {text for text in distinct - inner if carved(f"carve:{text}", fraction)}
     gone = held.union(*(spans[text] for text in held))
     carved, seen = [], set()
     for i, text in enumerate(texts):

@@ -30,10 +30,9 @@ from typing import ClassVar, Mapping, Optional, Sequence
 from aiayn.config import UNK_ID, ConfigError
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
-from aiayn.runtime import stable_hash
 from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, parse_json_line
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
-from aiayn.tasks.settings import TextPairSettings, check, check_fraction
+from aiayn.tasks.settings import TextPairSettings, carved, check, check_fraction
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +61,6 @@ def sentence_end_ids(tokenizer) -> tuple[int, ...]:
     if not ends:
         raise ConfigError("source_units = 'sentences': the vocabulary has no '.', '?' or '!' token to end a sentence")
     return ends
-
-
-def carved(name: str, story: int, fraction: float) -> bool:
-    """Whether story `story` of file `name` belongs to the carved validation split: a hash, not a
-    random draw, so the split is the same in every run and on every machine."""
-    return stable_hash(f"{name}:{story}") / 2**64 < fraction
 
 
 @dataclass(frozen=True)
@@ -173,7 +166,7 @@ class QATask(Seq2SeqTask):
             if path not in self._parsed:  # each split reads the same files: parse them once
                 self._parsed[path] = read_babi(path)
             for ex in self._parsed[path]:
-                if carve and carved(path.name, ex.story, data.carve_fraction) != (split == data.valid_split):
+                if carve and carved(f"{path.name}:{ex.story}", data.carve_fraction) != (split == data.valid_split):
                     continue
                 src.append(qa_source(" ".join(ex.context), ex.question))
                 refs.append([ex.answer])

@@ -72,7 +72,10 @@ class Examples:
         """`n` examples evenly spaced over the split (all when n <= 0), so every group is in."""
         if n <= 0 or n >= len(self.src):
             return self
-        idx = [i * len(self.src) // n for i in range(n)]
+        return self.pick([i * len(self.src) // n for i in range(n)])
+
+    def pick(self, idx: Sequence[int]) -> "Examples":
+        """The examples at `idx`, in that order."""
         return Examples([self.src[i] for i in idx], [self.refs[i] for i in idx],
                         [self.groups[i] for i in idx] if self.groups else [])
 

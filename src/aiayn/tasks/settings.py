@@ -18,6 +18,7 @@ from typing import ClassVar, Mapping, Optional
 
 from aiayn.config import ConfigError
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
+from aiayn.runtime import stable_hash
 
 VOCAB_TYPES = ("bpe", "unigram", "symbols", "chars")
 
@@ -92,3 +93,9 @@ class TextPairSettings(VocabSettings, SplitSettings):
 
 def check_fraction(name: str, value: float) -> None:
     check(math.isfinite(value) and 0.0 <= value < 1.0, f"data.{name} must be in [0, 1), got {value}")
+
+
+def carved(key: str, fraction: float) -> bool:
+    """Whether the example named `key` belongs to a validation split carved from the training
+    data: a hash, not a random draw, so the split is the same in every run and on every machine."""
+    return stable_hash(key) / 2**64 < fraction

@@ -7,7 +7,10 @@
                 Text is flattened to one line (runs of white space -> one space). Over-long
                 inputs are cut to `data.max_input_tokens` tokens, keeping the beginning, and
                 counted; none is dropped for its length. Records with an empty field are
-                skipped and counted.
+                skipped and counted. With `data.carve_fraction` > 0, `data.valid_split` is that
+                share of the training records (by a hash of the input text, so twins stay
+                together), the rest train: checkpoints and settings are then chosen on
+                neither the training text nor the reported split.
     metrics     ROUGE-1/2/L F1 (`rouge-score`, Google's reimplementation of ROUGE-1.5.5, Porter
                 stemming), mean over examples. With several references an example scores the
                 maximum over them. PEGASUS scores AESLC against the original subject only, so
@@ -26,7 +29,7 @@ from typing import Sequence
 from aiayn.data.records import record_file
 from aiayn.tasks.pipeline import Route
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
-from aiayn.tasks.settings import TextPairSettings, check
+from aiayn.tasks.settings import TextPairSettings, carved, check, check_fraction
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +52,11 @@ class SummarizationData(TextPairSettings):
     source_field: str = "text"  # jsonl: the input field
     target_field: str = "summary"  # jsonl: the output field (the training target)
     reference_fields: tuple[str, ...] = ()  # more references for scoring (the score is the max over them)
+    carve_fraction: float = 0.0  # > 0: valid_split is this share of the training records (by a hash of the input)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_fraction("carve_fraction", self.carve_fraction)
         object.__setattr__(self, "reference_fields", tuple(self.reference_fields))
         check(self.format in ("jsonl", "parallel"), f"data.format must be 'jsonl' or 'parallel', got {self.format!r}")
 
@@ -83,6 +88,15 @@ class SummarizationTask(Seq2SeqTask):
     pipeline = Summarizer
 
     def examples(self, split: str) -> Examples:
+        """The split's examples; with a carve, the training and validation splits divide the training file."""
+        data = self.data
+        if not (data.carve_fraction > 0 and split in (data.train_split, data.valid_split)):
+            return self._read(split)
+        examples = self._read(data.train_split)
+        held = split == data.valid_split
+        return examples.pick([i for i, s in enumerate(examples.src) if carved(s, data.carve_fraction) == held])
+
+    def _read(self, split: str) -> Examples:
         data = self.data
         if data.format == "parallel":
             from aiayn.data.corpus import read_corpus
