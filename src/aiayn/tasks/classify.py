@@ -115,12 +115,12 @@ def carve(texts: Sequence[str], fraction: float) -> tuple[list[int], list[int]]:
     inner = set().union(*spans.values()) if spans else set()
     held = {text for text in distinct - inner if carved(f"carve:{text}", fraction)}
     gone = held.union(*(spans[text] for text in held))
-    carved, seen = [], set()
+    kept, seen = [], set()
     for i, text in enumerate(texts):
         if text in held and text not in seen:
-            carved.append(i)
+            kept.append(i)
             seen.add(text)
-    return [i for i, text in enumerate(texts) if text not in gone], carved
+    return [i for i, text in enumerate(texts) if text not in gone], kept
 
 
 def word_spans(text: str) -> set[str]:
