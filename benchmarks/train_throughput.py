@@ -58,9 +58,10 @@ from _common import (  # noqa: E402
     median, set_threads, time_call,
 )
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID, OptimConfig, TransformerConfig  # noqa: E402
+from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ConfigError, OptimConfig, TransformerConfig  # noqa: E402
 from aiayn.models.transformer import Transformer  # noqa: E402
 from aiayn.runtime import prepare_device  # noqa: E402
+from aiayn.training.config import load_config  # noqa: E402
 
 VOCAB = 8000
 FIRST_ID = 4  # ids 0..3 are pad, bos, eos, unk
@@ -226,17 +227,12 @@ class Runner:
 
 
 def model_config(name: str) -> TransformerConfig:
-    """A preset, with "+key=value" overrides of whole-number fields: "small+d_model=128+d_ff=512"."""
+    """A preset with "+key=value" overrides, each read as `--set model.key=value`: "small+d_model=128+dropout=0.2"."""
     preset, *overrides = name.split("+")
-    fields = {}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if not value.isdigit():
-            raise SystemExit(f"--configs: want preset+key=whole number, got {item!r} in {name!r}")
-        fields[key] = int(value)
+    sets = ["train.max_updates=1", f'model.preset="{preset}"', *(f"model.{item}" for item in overrides)]
     try:
-        return TransformerConfig.preset(preset, src_vocab_size=VOCAB, **fields)
-    except (TypeError, ValueError) as e:
+        return load_config(None, sets).model.build(VOCAB, VOCAB)
+    except ConfigError as e:
         raise SystemExit(f"--configs {name!r}: {e}") from None
 
 
@@ -272,8 +268,8 @@ def native_bf16(fp32_gflops_512: float) -> tuple[bool, float]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--configs", default="small,base", help="comma-separated presets, each with optional +key=N overrides, "
-                                                           "e.g. small+d_model=128 (default: small,base)")
+    p.add_argument("--configs", default="small,base", help="comma-separated presets, each with optional +key=value overrides "
+                                                           "(as --set model.key=value), e.g. small+d_model=128 (default: small,base)")
     p.add_argument("--precisions", default="auto",
                    help="fp32,bf16 or auto (default: bf16 only where this CPU has native bf16 matmuls)")
     p.add_argument("--steps", type=int, default=3, help="measured steps per model and config (default: 3)")

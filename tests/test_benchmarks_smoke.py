@@ -228,10 +228,11 @@ def test_train_throughput_configs_take_overrides_of_a_preset():
 
     from aiayn.config import TransformerConfig
 
-    cfg = model_config("small+d_model=128+n_encoder_layers=4")
+    cfg = model_config("small+d_model=128+n_encoder_layers=4+dropout=0.2")
     small = TransformerConfig.preset("small", src_vocab_size=cfg.src_vocab_size)
-    assert (cfg.d_model, cfg.n_encoder_layers) == (128, 4)
+    assert (cfg.d_model, cfg.n_encoder_layers, cfg.dropout) == (128, 4, 0.2)
     assert (cfg.d_ff, cfg.n_heads, cfg.n_decoder_layers) == (small.d_ff, small.n_heads, small.n_decoder_layers)
-    for bad in ("small+d_model=x", "small+nonsense=3", "small+d_model"):
+    assert model_config("small") == small
+    for bad in ("small+d_model=x", "small+nonsense=3", "small+d_model", "nope"):
         with pytest.raises(SystemExit, match="--configs"):
             model_config(bad)

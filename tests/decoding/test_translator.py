@@ -250,8 +250,8 @@ def test_continuous_session_answers_what_translate_answers(model_dir, nbest, opt
     # comes back when all its texts end, with exactly what translate gives for it, in every precision,
     # and with a minimum length (this model ends at once where it may: each sentence counts its own steps).
     options = dict(options)
-    tr = Translator.from_pretrained(model_dir, decode=DecodeConfig(max_len_b=8, min_len=options.pop("min_len", 0)),
-                                    **options)
+    min_len = options.pop("min_len", 0)
+    tr = Translator.from_pretrained(model_dir, decode=DecodeConfig(max_len_b=8, min_len=min_len), **options)
     requests = {"r0": SENTENCES[:3], "r1": ["k k k k k k"], "r2": ["", " "], "r3": SENTENCES[3:]}
     session = tr.continuous(nbest=nbest, beam_size=3)
     got, step = {}, 0
@@ -271,6 +271,10 @@ def test_continuous_session_answers_what_translate_answers(model_dir, nbest, opt
             # bf16 matmuls round differently as the batch's rows change: scores agree to 1e-3 there
             assert [s for _, s in g] == pytest.approx([s for _, s in w], abs=1e-3 if options.get("precision") else 1e-5)
     assert tr.continuous(beam_size=1) is None and tr.continuous(method="sample") is None  # whole calls do those
+    if min_len:  # not vacuous: this model, free to end, ends every sentence at once
+        texts = [t for ts in requests.values() for t in ts if t.strip()]
+        assert all(len(out.split()) >= min_len for out in tr.translate(texts, beam_size=3))
+        assert tr.translate(texts, beam_size=3, min_len=0) == [""] * len(texts)
 
 
 # Without a minimum length: "a" (.6 · .7) beats "b" (.4 · .8) and "a a" (.6 · .3). With min_len 2 the end

@@ -179,14 +179,14 @@ class Translator(TextTranslator):
 
     def _search(self, src, decode: DecodeConfig, sampling: SamplingConfig, lines: list[int]):
         """-> per row, a list of (token ids, score). `lines`: each row's line number, for seeding."""
-        lengths = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len,
-                       no_repeat_ngram_size=decode.no_repeat_ngram_size)
+        constraints = dict(max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_len,
+                           no_repeat_ngram_size=decode.no_repeat_ngram_size)
         if decode.method == "sample":
             generators = None if sampling.seed is None else [
                 torch.Generator(device=self.device).manual_seed(line_seed(sampling.seed, i)) for i in lines]
-            outs = sample(self.decoder, src, sampling, generators=generators, **lengths)
+            outs = sample(self.decoder, src, sampling, generators=generators, **constraints)
         elif decode.method == "greedy" or decode.beam_size == 1:
-            outs = greedy_search(self.decoder, src, **lengths)
+            outs = greedy_search(self.decoder, src, **constraints)
         else:
             return [[(h.tokens, h.score) for h in hyps] for hyps in beam_search(self.decoder, src, decode)]
         return [[(tokens, 0.0)] for tokens in outs]
