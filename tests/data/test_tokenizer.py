@@ -125,3 +125,25 @@ def test_foreign_sentencepiece_specials_rejected(tmp_path):
                                    vocab_size=100, minloglevel=2)
     with pytest.raises(TokenizerError, match="special ids"):
         SentencePieceTokenizer(proto.getvalue())
+
+
+@pytest.fixture(scope="module")
+def small_bpe() -> SentencePieceTokenizer:
+    return SentencePieceTokenizer.train(_small_corpus(), vocab_size=400, model_type="bpe")
+
+
+def test_bpe_dropout_is_seeded_round_trips_and_splits_more(small_bpe):
+    texts = _small_corpus()[:300] + TRICKY
+    drawn = small_bpe.encode_dropout(texts, 0.3, seed=5)
+    small_bpe.encode_batch(texts)  # threads in between do not move the draw
+    assert small_bpe.encode_dropout(texts, 0.3, seed=5) == drawn  # a resumed epoch is segmented as before
+    assert small_bpe.encode_dropout(texts, 0.3, seed=6) != drawn
+    assert [small_bpe.decode(ids) for ids in drawn] == texts  # another segmentation of the same text
+    fixed = small_bpe.encode_batch(texts)
+    assert sum(map(len, drawn)) > 1.05 * sum(map(len, fixed))  # skipped merges leave smaller pieces
+    assert small_bpe.encode_dropout(texts, 0.0, seed=5) == fixed  # p = 0: every merge applies
+
+
+def test_bpe_dropout_needs_a_sentencepiece_vocabulary():
+    with pytest.raises(ValueError, match="sentencepiece BPE vocabulary"):
+        SymbolTokenizer(["a", "b"]).encode_dropout(["a b"], 0.1, seed=0)

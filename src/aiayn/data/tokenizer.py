@@ -86,6 +86,11 @@ class Tokenizer(abc.ABC):
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
 
+    def encode_dropout(self, texts: Sequence[str], p: float, seed: int) -> list[list[int]]:
+        """Token ids of `texts` with BPE-dropout `p` (Provilkov et al., 2020): a sentencepiece BPE
+        vocabulary only."""
+        raise ValueError(f"data.subword_dropout needs a sentencepiece BPE vocabulary, not a {self.kind!r} one")
+
     def fingerprint(self) -> str:
         """A stable hash of the vocabulary, used to key preprocessing caches."""
         return hashlib.sha256(self.kind.encode() + b"\0" + self.serialize()).hexdigest()
@@ -191,6 +196,16 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return self._sp.encode(list(texts), num_threads=os.cpu_count() or 1)
+
+    def encode_dropout(self, texts: Sequence[str], p: float, seed: int) -> list[list[int]]:
+        """One segmentation of each text in which every BPE merge is skipped with probability `p`
+        (BPE-dropout, Provilkov et al., 2020); the same for the same `seed`. sentencepiece draws from
+        a generator seeded process-wide, which one thread then reads in order, so it encodes on one
+        thread (its worker threads would each start their own)."""
+        import sentencepiece as spm
+
+        spm.set_random_generator_seed(seed)
+        return self._sp.encode(list(texts), enable_sampling=True, alpha=p, nbest_size=-1, num_threads=1)
 
     def decode(self, ids: Sequence[int]) -> str:
         ids = [int(i) for i in ids]

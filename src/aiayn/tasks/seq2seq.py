@@ -9,7 +9,8 @@ measured; everything else is here, once:
                 on the training text into RUN_DIR/tokenizer (with the task's special symbols)
     data        `examples(split)` -> token ids; sources over `data.max_input_tokens` tokens are
                 cut at the task's `keep` end, pairs with a side over `data.max_length` are
-                dropped; both are counted (`Drops`: a warning, and test_scores.json)
+                dropped; both are counted (`Drops`: a warning, and test_scores.json). With
+                `data.subword_dropout`, every epoch segments the training text afresh (BPE-dropout)
     loss        label-smoothed cross-entropy (§5.4) summed over target tokens
     validation  greedy decoding of the validation sources, scored by `scores`
     test        beam search with `[decode]` on `data.test_split` through the task's own
@@ -93,6 +94,7 @@ class Seq2SeqTask:
         self.train_set: Optional[ParallelDataset] = None
         self.valid_set: Optional[ParallelDataset] = None
         self.valid_examples: Optional[Examples] = None
+        self.train_texts_kept: Optional[tuple[list[str], list[str]]] = None  # subword_dropout: re-segmented per epoch
         self.drops = Drops()
 
     # -- what a subclass says ----------------------------------------------------------------
@@ -127,6 +129,9 @@ class Seq2SeqTask:
         if len(self.train_set) == 0:
             raise ValueError(f"no usable training pairs in {data.corpus} split {data.train_split!r} "
                              f"(all empty, or longer than data.max_length = {data.max_length})")
+        if data.subword_dropout:  # the kept pairs' text (decoding round-trips), to segment again each epoch
+            tok, pairs = self.tokenizers, [self.train_set[i] for i in range(len(self.train_set))]
+            self.train_texts_kept = ([tok.src.decode(s) for s, _ in pairs], [tok.tgt.decode(t) for _, t in pairs])
         if data.valid_split:
             self.valid_set = self.dataset(data.valid_split)
             self.valid_examples = self.valid_subset(self.examples(data.valid_split), data.valid_max_sentences)
@@ -136,12 +141,17 @@ class Seq2SeqTask:
     def dataset(self, split: str) -> ParallelDataset:
         """Token ids of `split`, sources cut to `data.max_input_tokens` (EOS included) at the task's end."""
         ids = self.load(split)
-        limit = self.data.max_input_tokens
-        if not limit:
+        if not self.data.max_input_tokens:
             return ids
-        cut, n_cut = ids.cut_sources(limit - 1, self.keep)  # EOS is added at collation
-        self.drops.note(split, "truncated", n_cut, len(ids), f"sources over {limit} tokens, the {self.keep} kept")
+        cut, n_cut = self.cut(ids)
+        self.drops.note(split, "truncated", n_cut, len(ids),
+                        f"sources over {self.data.max_input_tokens} tokens, the {self.keep} kept")
         return cut
+
+    def cut(self, ids: ParallelDataset) -> tuple[ParallelDataset, int]:
+        """(`ids` with sources cut to `data.max_input_tokens` at the task's end, how many were cut)."""
+        limit = self.data.max_input_tokens
+        return ids.cut_sources(limit - 1, self.keep) if limit else (ids, 0)  # EOS is added at collation
 
     def load(self, split: str) -> ParallelDataset:
         """Token ids of `split` as read (a subclass may read them through a cache)."""
@@ -175,10 +185,33 @@ class Seq2SeqTask:
     def train_data(self, dist: DistInfo) -> Callable[[int], LazyBatches]:
         """epoch -> this rank's deterministic batches; `max_tokens` bounds src.numel() + tgt_in.numel()."""
         data = self.data
-        sampler = self.train_set.sampler(data.max_tokens, seed=self.cfg.train.seed, rank=dist.rank,
-                                         world_size=dist.world_size, skip_overlong=True,
-                                         sort_by_length=data.batching == "bucket")
-        return lambda epoch: _batches(self.train_set, sampler.batches(epoch))
+
+        def sampler(pairs: ParallelDataset):
+            return pairs.sampler(data.max_tokens, seed=self.cfg.train.seed, rank=dist.rank, world_size=dist.world_size,
+                                 skip_overlong=True, sort_by_length=data.batching == "bucket")
+
+        if not data.subword_dropout:
+            fixed = sampler(self.train_set)
+            return lambda epoch: _batches(self.train_set, fixed.batches(epoch))
+
+        def epoch_data(epoch: int) -> LazyBatches:
+            pairs = self.segmented(epoch)
+            return _batches(pairs, sampler(pairs).batches(epoch))
+        return epoch_data
+
+    def segmented(self, epoch: int) -> ParallelDataset:
+        """The training pairs of `epoch` under BPE-dropout (Provilkov et al., 2020): each merge skipped
+        with probability `data.subword_dropout`, the same on every rank and on resuming. Sources are cut
+        and long pairs dropped as in `prepare` (not counted again)."""
+        data, tok, (src, tgt) = self.data, self.tokenizers, self.train_texts_kept
+        seed = 2 * (self.cfg.train.seed * 1_000_003 + epoch)
+        pairs = ParallelDataset.from_ids(tok.src.encode_dropout(src, data.subword_dropout, seed),
+                                         tok.tgt.encode_dropout(tgt, data.subword_dropout, seed + 1))
+        pairs = self.cut(pairs)[0].filter(max_len=data.max_length)
+        log.info("epoch %d segmented with BPE-dropout %.2f: %d pairs, %d target tokens (%.2fx the fixed segmentation)",
+                 epoch, data.subword_dropout, len(pairs), pairs.tgt_lengths.sum(),
+                 pairs.tgt_lengths.sum() / max(self.train_set.tgt_lengths.sum(), 1))
+        return pairs
 
     def valid_data(self) -> Optional[list[Batch]]:
         if self.valid_set is None:

@@ -7,6 +7,7 @@ Each name means one thing in every task that has it:
     max_length        a training pair with a longer side is dropped (counted)
     max_input_tokens  a longer input is cut to this many tokens (counted), in training and inference
     valid_fraction    the share of the training text held out for validation
+    subword_dropout   BPE-dropout: each training epoch segments the text afresh, skipping merges
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class TextPairSettings(VocabSettings, SplitSettings):
     max_length: int = 256  # training pairs with a longer side (in tokens) are dropped, and counted
     max_input_tokens: int = 0  # > 0: longer sources are cut to this many tokens (counted), never dropped
     valid_max_sentences: int = 0  # validation metrics on N sentences (the loss on all); 0 = all
+    subword_dropout: float = 0.0  # > 0: BPE-dropout, each merge skipped with this probability in training
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -89,6 +91,9 @@ class TextPairSettings(VocabSettings, SplitSettings):
         check_positive(self, "max_length")
         check(self.max_input_tokens >= 0, "data.max_input_tokens must be >= 0")
         check(self.valid_max_sentences >= 0, "data.valid_max_sentences must be >= 0")
+        check_fraction("subword_dropout", self.subword_dropout)
+        check(not self.subword_dropout or self.vocab_type == "bpe",
+              f"data.subword_dropout needs vocab_type = 'bpe' (BPE-dropout), got {self.vocab_type!r}")
 
 
 def check_fraction(name: str, value: float) -> None:
