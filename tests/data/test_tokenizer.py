@@ -142,6 +142,8 @@ def test_bpe_dropout_is_seeded_round_trips_and_splits_more(small_bpe):
     fixed = small_bpe.encode_batch(texts)
     assert sum(map(len, drawn)) > 1.05 * sum(map(len, fixed))  # skipped merges leave smaller pieces
     assert small_bpe.encode_dropout(texts, 0.0, seed=5) == fixed  # p = 0: every merge applies
+    big = small_bpe.encode_dropout(texts, 0.3, seed=2**40 + 5)  # any int seed (sentencepiece takes 32 bits)
+    assert big == small_bpe.encode_dropout(texts, 0.3, seed=2**40 + 5)
 
 
 def test_bpe_dropout_needs_a_sentencepiece_vocabulary():

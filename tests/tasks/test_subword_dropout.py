@@ -29,8 +29,11 @@ def epoch_ids(batches) -> list[list[list[int]]]:
     return [[b.src.tolist(), b.tgt_out.tolist()] for b in batches]
 
 
-def texts(task, batches) -> list[str]:
-    return sorted(task.tokenizers.tgt.decode(row) for b in batches for row in b.tgt_out.tolist())
+def texts(task, batches) -> list[tuple[str, str]]:
+    """The (source, target) text of every pair in `batches`, sorted."""
+    tok = task.tokenizers
+    return sorted((tok.src.decode(s), tok.tgt.decode(t))
+                  for b in batches for s, t in zip(b.src.tolist(), b.tgt_out.tolist()))
 
 
 def prepared(tmp_path, p: float) -> TranslationTask:
@@ -48,7 +51,7 @@ def test_each_epoch_segments_the_same_pairs_afresh(tmp_path):
     assert epoch_ids(first) == epoch_ids(again)  # resuming in epoch 0 sees the batches it left
     assert epoch_ids(first) != epoch_ids(second)
     fixed = prepared(tmp_path / "b", 0.0)
-    assert texts(task, first) == texts(task, second) == texts(fixed, fixed.train_data(SINGLE)(0))  # no pair lost
+    assert texts(task, first) == texts(task, second) == texts(fixed, fixed.train_data(SINGLE)(0))  # no pair lost or torn
     n_tokens = lambda bs: sum(b.n_tgt_tokens for b in bs)  # noqa: E731
     assert n_tokens(first) > n_tokens(fixed.train_data(SINGLE)(0))  # smaller pieces
     assert epoch_ids(task.valid_data()) == epoch_ids(fixed.valid_data())  # validation: the fixed segmentation
@@ -61,3 +64,11 @@ def test_each_epoch_segments_the_same_pairs_afresh(tmp_path):
 def test_bad_subword_dropout_is_a_config_error(sets, message):
     with pytest.raises(ConfigError, match=message):
         load_config(None, [*SETTINGS, *sets])
+
+
+def test_a_large_seed_is_taken(tmp_path):
+    task = TranslationTask(load_config(None, [*SETTINGS, f'data.corpus="{write_corpus(tmp_path)}"',
+                                              "data.subword_dropout=0.3", "train.seed=123456789"]))
+    task.prepare(tmp_path / "run", SINGLE)
+    batches = task.train_data(SINGLE)
+    assert epoch_ids(batches(3)) == epoch_ids(batches(3)) != epoch_ids(batches(4))

@@ -199,12 +199,13 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_dropout(self, texts: Sequence[str], p: float, seed: int) -> list[list[int]]:
         """One segmentation of each text in which every BPE merge is skipped with probability `p`
-        (BPE-dropout, Provilkov et al., 2020); the same for the same `seed`. sentencepiece draws from
-        a generator seeded process-wide, which one thread then reads in order, so it encodes on one
-        thread (its worker threads would each start their own)."""
+        (BPE-dropout, Provilkov et al., 2020); the same for the same `seed` (any int: sentencepiece
+        takes its low 32 bits). sentencepiece draws from a generator seeded process-wide, which one
+        thread then reads in order, so it encodes on one thread (its worker threads would each start
+        their own)."""
         import sentencepiece as spm
 
-        spm.set_random_generator_seed(seed)
+        spm.set_random_generator_seed(seed % 2**32)
         return self._sp.encode(list(texts), enable_sampling=True, alpha=p, nbest_size=-1, num_threads=1)
 
     def decode(self, ids: Sequence[int]) -> str:

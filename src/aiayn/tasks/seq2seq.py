@@ -39,6 +39,7 @@ from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.io import atomic_write
+from aiayn.runtime import stable_hash
 from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import Pipeline, RequestError, check_texts
 from aiayn.tasks.settings import TextPairSettings
@@ -94,7 +95,6 @@ class Seq2SeqTask:
         self.train_set: Optional[ParallelDataset] = None
         self.valid_set: Optional[ParallelDataset] = None
         self.valid_examples: Optional[Examples] = None
-        self.train_texts_kept: Optional[tuple[list[str], list[str]]] = None  # subword_dropout: re-segmented per epoch
         self.drops = Drops()
 
     # -- what a subclass says ----------------------------------------------------------------
@@ -129,9 +129,6 @@ class Seq2SeqTask:
         if len(self.train_set) == 0:
             raise ValueError(f"no usable training pairs in {data.corpus} split {data.train_split!r} "
                              f"(all empty, or longer than data.max_length = {data.max_length})")
-        if data.subword_dropout:  # the kept pairs' text (decoding round-trips), to segment again each epoch
-            tok, pairs = self.tokenizers, [self.train_set[i] for i in range(len(self.train_set))]
-            self.train_texts_kept = ([tok.src.decode(s) for s, _ in pairs], [tok.tgt.decode(t) for _, t in pairs])
         if data.valid_split:
             self.valid_set = self.dataset(data.valid_split)
             self.valid_examples = self.valid_subset(self.examples(data.valid_split), data.valid_max_sentences)
@@ -194,19 +191,22 @@ class Seq2SeqTask:
             fixed = sampler(self.train_set)
             return lambda epoch: _batches(self.train_set, fixed.batches(epoch))
 
+        tok, kept = self.tokenizers, [self.train_set[i] for i in range(len(self.train_set))]
+        texts = ([tok.src.decode(s) for s, _ in kept], [tok.tgt.decode(t) for _, t in kept])  # decoding round-trips
+
         def epoch_data(epoch: int) -> LazyBatches:
-            pairs = self.segmented(epoch)
+            pairs = self.segmented(texts, epoch)
             return _batches(pairs, sampler(pairs).batches(epoch))
         return epoch_data
 
-    def segmented(self, epoch: int) -> ParallelDataset:
-        """The training pairs of `epoch` under BPE-dropout (Provilkov et al., 2020): each merge skipped
-        with probability `data.subword_dropout`, the same on every rank and on resuming. Sources are cut
-        and long pairs dropped as in `prepare` (not counted again)."""
-        data, tok, (src, tgt) = self.data, self.tokenizers, self.train_texts_kept
-        seed = 2 * (self.cfg.train.seed * 1_000_003 + epoch)
-        pairs = ParallelDataset.from_ids(tok.src.encode_dropout(src, data.subword_dropout, seed),
-                                         tok.tgt.encode_dropout(tgt, data.subword_dropout, seed + 1))
+    def segmented(self, texts: tuple[Sequence[str], Sequence[str]], epoch: int) -> ParallelDataset:
+        """The training pairs `texts` (sources, targets) of `epoch` under BPE-dropout (Provilkov et al.,
+        2020): each merge skipped with probability `data.subword_dropout`, the same on every rank and on
+        resuming. Sources are cut and long pairs dropped as in `prepare` (not counted again)."""
+        data, tok, seed = self.data, self.tokenizers, self.cfg.train.seed
+        src = tok.src.encode_dropout(texts[0], data.subword_dropout, stable_hash(f"{seed}:{epoch}:src"))
+        tgt = tok.tgt.encode_dropout(texts[1], data.subword_dropout, stable_hash(f"{seed}:{epoch}:tgt"))
+        pairs = ParallelDataset.from_ids(src, tgt)
         pairs = self.cut(pairs)[0].filter(max_len=data.max_length)
         log.info("epoch %d segmented with BPE-dropout %.2f: %d pairs, %d target tokens (%.2fx the fixed segmentation)",
                  epoch, data.subword_dropout, len(pairs), pairs.tgt_lengths.sum(),
