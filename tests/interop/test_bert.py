@@ -86,3 +86,15 @@ def test_classify_door_gives_berts_probabilities(bert_dirs):
     assert [label for label, _ in out] == [hf.config.id2label[int(i)] for i in probs.argmax(-1)]
     assert [p for _, p in out] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
     assert aiayn.load_pipeline(ours).attention(TEXTS[0]).describe()
+
+
+def test_mlm_masks_with_berts_mask_token_not_its_sep(bert_mlm_dirs):
+    from transformers import AutoTokenizer
+
+    from aiayn.tasks.classify import mask_id_of
+
+    hf_dir, ours = bert_mlm_dirs
+    theirs = AutoTokenizer.from_pretrained(hf_dir)
+    toks = load_tokenizers(ours)
+    assert toks.src.encode("[MASK]")[-1] != toks.src.ids.aiayn_of[theirs.mask_token_id]  # the trap: [SEP] comes last
+    assert mask_id_of(toks.src) == toks.src.ids.aiayn_of[theirs.mask_token_id]

@@ -7,7 +7,9 @@ import torch
 from aiayn.cli import main
 from aiayn.config import PAD_ID
 from aiayn.data.corpus import CorpusError
-from aiayn.tasks.classify import Classifier, ClassifyTask, carve, mask_tokens, read_labelled, word_spans
+from aiayn.data.tokenizer import SentencePieceTokenizer
+from aiayn.tasks.classify import (Classifier, ClassifyTask, carve, mask_id_of, mask_tokens, read_labelled,
+                                 word_spans)
 from aiayn.training.config import load_config
 
 
@@ -61,6 +63,15 @@ def test_a_carved_validation_split_comes_from_the_training_file_and_the_test_spl
     assert set(tune) == {phrase_file(100)[i] for i in carve(phrase_file(100), 0.2)[1]} and tune
     assert not set(tune) & set(train) and len(train) + len(tune) < 500
     assert dev == ["a b", "c d"]
+
+
+def test_mask_id_is_the_mask_piece_and_a_vocabulary_without_one_is_refused():
+    texts = [f"the film {w} number {i} ." for i in range(200) for w in ("was good", "was bad")]
+    with_mask = SentencePieceTokenizer.train(texts, vocab_size=320, model_type="bpe", user_symbols=("[MASK]",))
+    assert with_mask.pieces([mask_id_of(with_mask)]) == ["[MASK]"]
+    without = SentencePieceTokenizer.train(texts, vocab_size=320, model_type="bpe")
+    with pytest.raises(ValueError, match=r"no \[MASK\] piece"):
+        mask_id_of(without)
 
 
 def test_masking_rates_over_many_draws():

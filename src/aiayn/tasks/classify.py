@@ -89,6 +89,15 @@ class TextBatch:
         return TextBatch(self.tokens.to(device), self.targets.to(device))
 
 
+def mask_id_of(tokenizer) -> int:
+    """The id of "[MASK]", a piece of its own, among the ids of its encoding (sentencepiece may put "▁"
+    before it; an imported BERT tokenizer wraps it in [CLS] ... [SEP])."""
+    ids = [i for i in tokenizer.encode(MASK) if i >= N_SPECIALS and tokenizer.pieces([i]) == [MASK]]
+    if len(ids) != 1:
+        raise ValueError(f"the {tokenizer.kind} tokenizer has no {MASK} piece: MLM needs one")
+    return ids[-1]
+
+
 def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: torch.Generator):
     """BERT's masking of (B, T) ids -> (inputs, targets): targets hold the original id at the
     chosen positions and PAD elsewhere; PAD positions are never chosen."""
@@ -379,9 +388,8 @@ class MLMTask(ClassifyTask):
 
     @property
     def mask_id(self) -> int:
-        """The id of "[MASK]", a piece of its own (maybe after "▁"), from whichever tokenizers the task
-        has (prepared or restored)."""
-        return self.tokenizers.src.encode(MASK)[-1]
+        """The id of "[MASK]" in whichever tokenizers the task has (prepared, restored or imported)."""
+        return mask_id_of(self.tokenizers.src)
 
     def n_classes(self) -> int:
         return 0
