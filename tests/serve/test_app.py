@@ -76,6 +76,17 @@ def test_native_api_passes_no_repeat_ngram_size(client, model_dir):
     assert got.status_code == 200 and got.json()["translations"][0]["text"] == want[0]
 
 
+def test_native_api_keeps_the_models_decoding_settings_for_fields_left_out(client, model_dir):
+    pipeline = load_pipeline(model_dir)  # task.json: greedy, at most 6 pieces (the API's old defaults: beam 4, 50)
+    got = client.post("/v1/translate", json={"text": [SENTENCE]}).json()["translations"][0]
+    assert got["text"] == pipeline.run([SENTENCE])[0] and len(got["text"].split()) <= 6
+    for fields in ({"max_len_b": 3}, {"method": "beam", "beam_size": 2, "min_len": 4, "max_len_b": 5}):
+        got = client.post("/v1/translate", json={"text": [SENTENCE], **fields}).json()["translations"][0]
+        assert got["text"] == pipeline.run([SENTENCE], **fields)[0]
+    refused = client.post("/v1/translate", json={"text": [SENTENCE], "min_len": -1})
+    assert refused.status_code == 422 and "min_len must be" in refused.json()["error"]
+
+
 @pytest.mark.parametrize("request_kwargs,status,message", [
     ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400, "malformed JSON"),
     ({"json": {"q": 5, "source": "de", "target": "en"}}, 422, "q must be"),

@@ -71,7 +71,7 @@ def test_generate_and_translate_stream_what_they_answer_whole(lm_dir, model_dir,
         assert got[-1] == {"text": whole, "done": True} and "".join(e["piece"] for e in got[:-1]) == whole
 
 
-@pytest.mark.parametrize("body", [{"text": ["a b"], "stream": True},  # beam search
+@pytest.mark.parametrize("body", [{"text": ["a b"], "beam_size": 2, "stream": True},  # beam search
                                   {"text": ["a b", "c"], "method": "greedy", "stream": True},
                                   {"text": ["a b"], "method": "greedy", "stream": "yes"}])
 def test_what_cannot_stream_is_refused_before_the_stream(model_dir, body):

@@ -14,7 +14,7 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Iterator, Literal, Optional
 
 import torch
 
@@ -126,12 +126,12 @@ class TranslationPipeline(TextPipeline):
         r = NativeRequest.read(fields, server.limits)
         if r.return_attention and self.backend != "native":
             raise RequestError(f"return_attention: attention weights are not available with the {self.backend} backend", 400)
-        beam = r.beam_size if r.method == "beam" else 1
+        options = r.decode_options()  # the fields given; the model's task.json decides the rest
+        decode, _ = self.translator.settings(options)
+        beam = decode.beam_size if decode.method == "beam" else 1
         if r.nbest > beam:
             raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
         texts = self.sources({"source": r.source, "target": r.target}, r.text, server)
-        options = dict(method=r.method, beam_size=beam, length_penalty=r.length_penalty, max_len_b=r.max_len_b,
-                       no_repeat_ngram_size=r.no_repeat_ngram_size)
         if r.stream:
             if beam > 1 or len(texts) > 1 or r.return_attention:
                 raise RequestError("stream: one text, decoded with method greedy or sample, without attention", 400)
@@ -161,15 +161,17 @@ class TranslationPipeline(TextPipeline):
 
 @dataclass(frozen=True)
 class NativeRequest:
-    """The body of /v1/translate: only these fields, each bounded by the server's limits."""
+    """The body of /v1/translate: only these fields, each bounded by the server's limits. A decoding
+    field left out (None) keeps the model's own setting, as every other door does (task.json)."""
 
     text: list
-    method: Literal["beam", "greedy", "sample"] = "beam"
-    beam_size: int = 4
-    length_penalty: float = 0.6
-    max_len_b: int = 50
+    method: Optional[Literal["beam", "greedy", "sample"]] = None
+    beam_size: Optional[int] = None
+    length_penalty: Optional[float] = None
+    max_len_b: Optional[int] = None
+    min_len: Optional[int] = None
+    no_repeat_ngram_size: Optional[int] = None
     nbest: int = 1
-    no_repeat_ngram_size: int = 0
     return_attention: bool = False
     source: str = ""  # a language pair the server translates ("": the model's own, or its first)
     target: str = ""
@@ -185,15 +187,16 @@ class NativeRequest:
         if "text" not in fields:
             raise RequestError("missing field text")
         r = cls(**{k: v for k, v in fields.items() if k in names})
-        if r.method not in ("beam", "greedy", "sample"):
+        if r.method not in (None, "beam", "greedy", "sample"):
             raise RequestError(f"method must be 'beam', 'greedy' or 'sample', got {r.method!r}")
         bounds = {"beam_size": (1, limits.max_beam), "nbest": (1, limits.max_beam), "max_len_b": (1, limits.max_len_b),
-                  "no_repeat_ngram_size": (0, limits.max_len_b)}
+                  "min_len": (0, limits.max_len_b), "no_repeat_ngram_size": (0, limits.max_len_b)}
         for name, (low, high) in bounds.items():
             value = getattr(r, name)
-            if type(value) is not int or not low <= value <= high:
+            if value is not None and (type(value) is not int or not low <= value <= high):
                 raise RequestError(f"{name} must be a whole number from {low} to {high}")
-        if type(r.length_penalty) not in (int, float) or not (math.isfinite(r.length_penalty) and 0 <= r.length_penalty <= 2):
+        lp = r.length_penalty
+        if lp is not None and (type(lp) not in (int, float) or not (math.isfinite(lp) and 0 <= lp <= 2)):
             raise RequestError("length_penalty must be a number from 0 to 2")
         for name in ("return_attention", "stream"):
             if not isinstance(getattr(r, name), bool):
@@ -203,6 +206,14 @@ class NativeRequest:
         if not isinstance(r.text, list):
             raise RequestError("text must be a non-empty list of strings")
         return dataclasses.replace(r, text=check_texts(r.text, limits, "text"))
+
+    def decode_options(self) -> dict:
+        """The decoding fields the request gave; a beam_size without a method asks for beam search."""
+        given = {name: value for name in _DECODE_FIELDS if (value := getattr(self, name)) is not None}
+        return {"method": "beam", **given} if "beam_size" in given else given
+
+
+_DECODE_FIELDS = ("method", "beam_size", "length_penalty", "max_len_b", "min_len", "no_repeat_ngram_size")
 
 
 def _native_result(result) -> dict:
