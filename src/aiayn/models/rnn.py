@@ -221,12 +221,15 @@ class RNNEncoderDecoder(PretrainedModel):
     def max_input_length(self) -> int:
         return self.config.max_positions
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
-        """Teacher-forced logits (B, T, V). Without input feeding the decoder RNN runs over the whole
+    def forward(self, src: Tensor, tgt: Tensor, with_ponder: bool = False):
+        """Teacher-forced logits (B, T, V); with `with_ponder`, (logits, None), as the Transformer's
+        call form (an RNN has no ponder time). Without input feeding the decoder RNN runs over the whole
         prefix at once; with it, step by step (each input needs the previous attentional vector)."""
         state = self.start(src)
         if state.feed is not None:
-            return torch.stack([self.step(tgt[:, t], state) for t in range(tgt.shape[1])], dim=1)
-        out, _ = self.decoder(self.dropout(self.tgt_embed(tgt)), state.hidden)  # (B, T, H)
-        attentional, _ = self._attend(out, state)  # (B, T, H)
-        return self.output(self.dropout(attentional))
+            logits = torch.stack([self.step(tgt[:, t], state) for t in range(tgt.shape[1])], dim=1)
+        else:
+            out, _ = self.decoder(self.dropout(self.tgt_embed(tgt)), state.hidden)  # (B, T, H)
+            attentional, _ = self._attend(out, state)  # (B, T, H)
+            logits = self.output(self.dropout(attentional))
+        return (logits, None) if with_ponder else logits

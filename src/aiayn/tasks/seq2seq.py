@@ -221,10 +221,9 @@ class Seq2SeqTask:
 
     # -- training -------------------------------------------------------------------------
     def loss(self, model, batch: Batch) -> LossSums:
-        weight = ponder_weight(model)  # 0 unless the encoder halts with ACT
-        logits, ponder = model(batch.src, batch.tgt_in, with_ponder=True) if weight else (model(batch.src, batch.tgt_in), None)
+        logits, ponder = model(batch.src, batch.tgt_in, with_ponder=True)  # (B, T, V); ponder: ACT's, or None
         return add_ponder_cost(label_smoothed_loss(logits, batch.tgt_out, self.cfg.optim.label_smoothing, PAD_ID),
-                               ponder, weight)  # logits (B, T, V)
+                               ponder, ponder_weight(model))
 
     def n_targets(self, batch: Batch) -> int:
         return batch.n_tgt_tokens
