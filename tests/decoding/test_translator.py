@@ -277,6 +277,22 @@ def test_continuous_session_answers_what_translate_answers(model_dir, nbest, opt
         assert tr.translate(texts, beam_size=3, min_len=0) == [""] * len(texts)
 
 
+def test_a_cancelled_request_is_never_answered_and_the_others_are_as_alone(model_dir):
+    tr = Translator.from_pretrained(model_dir, decode=DecodeConfig(max_len_b=8))
+    requests = {"r0": SENTENCES[:3], "gone": SENTENCES[3:], "blank": [""], "r1": ["k k k k k k"]}
+    session = tr.continuous(beam_size=3)
+    for name, texts in requests.items():
+        session.add(name, texts)
+    got = dict(session.step())  # "blank" comes back at the first step; the others are searching
+    searching = [t for t in requests["gone"] if t.strip()]  # a blank text never enters the search
+    assert session.cancel("gone") == len(searching) > 0 and session.cancel("blank") == 0 and len(session) == 2
+    while len(session):
+        got.update(session.step())
+    assert set(got) == {"r0", "blank", "r1"}
+    for name in got:
+        assert got[name] == tr.translate(requests[name], beam_size=3), name
+
+
 # Without a minimum length: "a" (.6 · .7) beats "b" (.4 · .8) and "a a" (.6 · .3). With min_len 2 the end
 # is banned at the second step: "a a" (.6 · .3) beats "b c" (.4 · .2), and no output has one token.
 ENDS_EARLY = {(): {A: 0.6, B_: 0.4}, (A,): {A: 0.3, EOS_ID: 0.7}, (B_,): {C: 0.2, EOS_ID: 0.8}}

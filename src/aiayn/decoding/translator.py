@@ -210,6 +210,7 @@ class ContinuousTranslation:
 
         session.add(request, texts)       # any hashable request key; between steps
         for request, results in session.step(): ...
+        session.cancel(request)           # its texts leave the search; it is never answered
     """
 
     def __init__(self, translator: Translator, decode: DecodeConfig, nbest: bool):
@@ -251,6 +252,18 @@ class ContinuousTranslation:
                 del self.left[request]
                 done.append(request)
         return [(r, _as_returned(self.results.pop(r), self.nbest)) for r in done]
+
+    def cancel(self, request) -> int:
+        """Drop `request` (between steps): its texts leave the running search (`ContinuousBeamSearch.cancel`)
+        and `step` never returns it. -> the number of its texts that were still searching."""
+        keys = [key for key, (owner, _) in self.owner.items() if owner == request]
+        for key in keys:
+            del self.owner[key]
+        self.results.pop(request, None)
+        self.left.pop(request, None)
+        if request in self.ready:
+            self.ready.remove(request)
+        return self.search.cancel(keys)
 
 
 def _as_returned(results: list[NBest], nbest: bool) -> list[str] | list[NBest]:

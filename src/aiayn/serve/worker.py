@@ -54,42 +54,10 @@ class PipelineRunner:
         return self.pipeline.run(items, **dict(options))
 
     def session(self, options: Hashable):
-        session = self.pipeline.session(**dict(options))
-        return None if session is None else CancellableSession(session)
+        return self.pipeline.session(**dict(options))
 
     def stream(self, item, options: Hashable) -> Iterator[str]:
         return self.pipeline.stream(item, **dict(options))
-
-
-class CancellableSession:
-    """A continuous session (`ContinuousTranslation`) with `cancel(request) -> texts dropped`: the
-    request's sentences leave the running search (`ContinuousBeamSearch.cancel`) and it is never
-    answered. (ContinuousTranslation has no cancel of its own yet: this reads its bookkeeping.)"""
-
-    def __init__(self, session):
-        self.session = session
-
-    def __len__(self) -> int:
-        return len(self.session)
-
-    def add(self, request, texts) -> None:
-        self.session.add(request, texts)
-
-    def step(self) -> list:
-        return self.session.step()
-
-    def cancel(self, request) -> int:
-        s = self.session
-        if hasattr(s, "cancel"):
-            return s.cancel(request)
-        keys = [key for key, (owner, _) in s.owner.items() if owner == request]
-        for key in keys:
-            del s.owner[key]
-        s.results.pop(request, None)
-        s.left.pop(request, None)
-        if request in s.ready:
-            s.ready.remove(request)
-        return s.search.cancel(keys)
 
 
 class WorkerProcess:
