@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
 from aiayn.tasks import load_pipeline  # noqa: E402
+from aiayn.tasks.translation import NativeRequest  # noqa: E402
 
 SENTENCE = "a b c d"
 
@@ -83,6 +84,11 @@ def test_native_api_keeps_the_models_decoding_settings_for_fields_left_out(clien
     for fields in ({"max_len_b": 3}, {"method": "beam", "beam_size": 2, "min_len": 4, "max_len_b": 5}):
         got = client.post("/v1/translate", json={"text": [SENTENCE], **fields}).json()["translations"][0]
         assert got["text"] == pipeline.run([SENTENCE], **fields)[0]
+    # this random model runs to its limit, so min_len cannot show in an output: the options the route passes on
+    given = NativeRequest.read({"text": [SENTENCE], "min_len": 4, "beam_size": 2}, ServeLimits()).decode_options()
+    assert given == {"method": "beam", "beam_size": 2, "min_len": 4}  # a beam_size alone asks for beam search
+    assert NativeRequest.read({"text": [SENTENCE], "method": "greedy", "beam_size": 2}, ServeLimits()).decode_options() \
+        == {"method": "greedy", "beam_size": 2}
     refused = client.post("/v1/translate", json={"text": [SENTENCE], "min_len": -1})
     assert refused.status_code == 422 and "min_len must be" in refused.json()["error"]
 

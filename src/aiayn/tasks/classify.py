@@ -95,7 +95,7 @@ def mask_id_of(tokenizer) -> int:
     ids = [i for i in tokenizer.encode(MASK) if i >= N_SPECIALS and tokenizer.pieces([i]) == [MASK]]
     if len(ids) != 1:
         raise ValueError(f"the {tokenizer.kind} tokenizer has no {MASK} piece: MLM needs one")
-    return ids[-1]
+    return ids[0]
 
 
 def mask_tokens(tokens: torch.Tensor, mask_id: int, vocab_size: int, generator: torch.Generator):
