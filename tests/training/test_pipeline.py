@@ -136,3 +136,34 @@ def test_random_batches_cover_each_example_once_within_budget():
     shards = [sampler(rank=r, world_size=2).batches(0) for r in range(2)]
     assert len(shards[0]) == len(shards[1])
     assert sorted(i for s in shards for b in s for i in b) == list(range(500))
+
+
+def test_average_keeps_the_runs_task(tmp_path, capsys):
+    """An averaged model of a summarization run answers as one: the run's task.json (task, decoding,
+    source truncation) comes along, and a run without its model/ is refused instead of read as translation."""
+    from aiayn.tasks import load_pipeline, read_task_info
+
+    rows = [{"body": f"w{i % 7} w{i % 5} w{i % 3} hello", "subject": f"w{i % 7}"} for i in range(60)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = ['task="summarization"', 'data.format="jsonl"', f'data.corpus="{tmp_path}"', 'data.source_field="body"',
+            'data.target_field="subject"', 'data.valid_split="train"', 'data.test_split=""',
+            'data.vocab_type="symbols"', "data.max_input_tokens=3", 'model.preset="tiny"', "decode.max_len_b=7",
+            "train.max_updates=4", "train.save_every_updates=2", "train.validate_every=0", "train.progress=false"]
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("")
+    run_dir = tmp_path / "run"
+    assert main(["train", str(recipe), "--run-dir", str(run_dir), *[x for s in sets for x in ("--set", s)]]) == 0
+    out = tmp_path / "avg"
+    assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(out)]) == 0
+    assert read_task_info(out) == read_task_info(run_dir / "model")
+    assert read_task_info(out)["task"] == "summarization" and read_task_info(out)["max_input_tokens"] == 3
+    assert len(load_pipeline(out).run(["w1 w2 w3 hello"])) == 1  # the summarization door opens it
+
+    (run_dir / "model" / "task.json").unlink()  # as if training had stopped before writing model/
+    capsys.readouterr()
+    assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(tmp_path / "avg2")]) == 2
+    err = capsys.readouterr().err
+    assert "task.json" in err and "summarization run" in err and "--task-from" in err
+    assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(tmp_path / "avg2"),
+                 "--task-from", str(out)]) == 0
+    assert read_task_info(tmp_path / "avg2") == read_task_info(out)
