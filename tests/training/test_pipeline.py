@@ -139,8 +139,9 @@ def test_random_batches_cover_each_example_once_within_budget():
 
 
 def test_average_keeps_the_runs_task(tmp_path, capsys):
-    """An averaged model of a summarization run answers as one: the run's task.json (task, decoding,
-    source truncation) comes along, and a run without its model/ is refused instead of read as translation."""
+    """Checkpoints are model directories of their own (the task's tokenizer and task.json beside the
+    weights), so an averaged model of a summarization run answers as one; an older run with no task.json
+    anywhere is refused instead of read as translation."""
     from aiayn.tasks import load_pipeline, read_task_info
 
     rows = [{"body": f"w{i % 7} w{i % 5} w{i % 3} hello", "subject": f"w{i % 7}"} for i in range(60)]
@@ -153,13 +154,19 @@ def test_average_keeps_the_runs_task(tmp_path, capsys):
     recipe.write_text("")
     run_dir = tmp_path / "run"
     assert main(["train", str(recipe), "--run-dir", str(run_dir), *[x for s in sets for x in ("--set", s)]]) == 0
+    checkpoints = ckpt.list_checkpoints(run_dir / "checkpoints")
+    assert [read_task_info(c) for c in checkpoints] == [read_task_info(run_dir / "model")] * 2
+    assert all((c / "tokenizer.json").read_bytes() == (run_dir / "model" / "tokenizer.json").read_bytes()
+               for c in checkpoints)
+    assert len(load_pipeline(checkpoints[-1]).run(["w1 w2 w3 hello"])) == 1  # a checkpoint opens through the door
     out = tmp_path / "avg"
     assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(out)]) == 0
     assert read_task_info(out) == read_task_info(run_dir / "model")
     assert read_task_info(out)["task"] == "summarization" and read_task_info(out)["max_input_tokens"] == 3
     assert len(load_pipeline(out).run(["w1 w2 w3 hello"])) == 1  # the summarization door opens it
 
-    (run_dir / "model" / "task.json").unlink()  # as if training had stopped before writing model/
+    for d in (*checkpoints, run_dir / "model"):  # a run from before checkpoints carried task.json
+        (d / "task.json").unlink()
     capsys.readouterr()
     assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(tmp_path / "avg2")]) == 2
     err = capsys.readouterr().err

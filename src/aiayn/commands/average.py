@@ -23,7 +23,7 @@ def run(args) -> int:
 
     from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
     from aiayn.training.average import average_checkpoints
-    from aiayn.tasks import read_task_info, write_task_info
+    from aiayn.tasks import checkpoint_task_info, read_task_info, write_task_info
     from aiayn.training.checkpoint import list_checkpoints
 
     paths = [Path(p) for p in args.checkpoints]
@@ -34,18 +34,18 @@ def run(args) -> int:
         if len(found) < args.last:
             raise ValueError(f"{paths[0]} holds {len(found)} checkpoints, fewer than --last {args.last}")
         paths = found[-args.last:]
+    info = read_task_info(args.task_from) if args.task_from else checkpoint_task_info(paths[0])
     model = average_checkpoints(paths)
     out = model.save_pretrained(args.output)
     tok_dir = Path(args.tokenizer) if args.tokenizer else _find_tokenizer(paths[0])
     if tok_dir is None:
         raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
     save_tokenizers(load_tokenizers(tok_dir), out)
-    task_dir = Path(args.task_from) if args.task_from else _find_task_dir(paths[0])
-    if task_dir is not None:
-        write_task_info(out, read_task_info(task_dir))
+    if info:
+        write_task_info(out, info)
     print(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")
-    print(f"model: {out} (config.json, model.safetensors, tokenizer from {tok_dir}, "
-          f"{f'task.json from {task_dir}' if task_dir else 'no task.json: a translation model'})")
+    print(f"model: {out} (config.json, model.safetensors, tokenizer from {tok_dir}"
+          f"{', task.json' if info else ''})")
     return 0
 
 
@@ -59,24 +59,3 @@ def _find_tokenizer(ckpt):
             return d
     return None
 
-
-def _find_task_dir(ckpt):
-    """Where the checkpoint's task.json is: the checkpoint itself (a model directory), else RUN_DIR/model.
-    Training checkpoints carry none, and a model directory without one reads as a translation model, so a
-    run of another task whose model/ is missing (training stopped before writing it) is an error that
-    says so rather than a model that answers as the wrong task."""
-    import tomllib
-
-    from aiayn.tasks import DEFAULT_TASK
-    from aiayn.tasks.base import TASK_FILE
-
-    run_dir = ckpt.resolve().parent.parent
-    for d in (ckpt, run_dir / "model"):
-        if (d / TASK_FILE).is_file():
-            return d
-    config = run_dir / "config.toml"
-    task = tomllib.loads(config.read_text(encoding="utf-8")).get("task", DEFAULT_TASK) if config.is_file() else DEFAULT_TASK
-    if task != DEFAULT_TASK:
-        raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / 'model'} for this {task} run "
-                                f"({config}); pass --task-from MODEL_DIR, a model directory of the same task")
-    return None

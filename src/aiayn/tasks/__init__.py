@@ -81,6 +81,13 @@ def write_task_info(model_dir: str | Path, info: dict) -> None:
     base.write_task_info(model_dir, info)
 
 
+def checkpoint_task_info(ckpt: str | Path) -> dict:
+    """The task.json that goes with a checkpoint (see `aiayn.tasks.base.checkpoint_task_info`)."""
+    from aiayn.tasks import base
+
+    return base.checkpoint_task_info(ckpt)
+
+
 def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", **options):
     """The inference door of a model directory: its task's `Pipeline`, set up as its task.json says
     (decoding defaults, how long inputs are cut); `options` that are not None win over task.json.
@@ -97,5 +104,5 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     return pipeline.from_pretrained(model_dir, device=device, **options)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "load_pipeline", "InputLimits", "Pipeline",
+__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "checkpoint_task_info", "load_pipeline", "InputLimits", "Pipeline",
            "RequestError", "Route", "one_line", "read_task_info", "write_task_info"]

@@ -131,6 +131,28 @@ def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     return info
 
 
+def checkpoint_task_info(ckpt: str | Path) -> dict:
+    """The task.json that goes with a checkpoint or model directory: its own (training checkpoints carry
+    one since 2026-11-26), else its run's model/ (ckpt = RUN_DIR/checkpoints/ckpt_N). Neither: {} for a
+    run of the default task, which reads so; a run of another task is an error naming it, instead of a
+    model that would answer as the wrong task."""
+    import tomllib
+
+    from aiayn.tasks import DEFAULT_TASK
+
+    ckpt = Path(ckpt)
+    run_dir = ckpt.resolve().parent.parent
+    for d in (ckpt, run_dir / "model"):
+        if (d / TASK_FILE).is_file():
+            return read_task_info(d)
+    config = run_dir / "config.toml"
+    task = tomllib.loads(config.read_text(encoding="utf-8")).get("task", DEFAULT_TASK) if config.is_file() else DEFAULT_TASK
+    if task != DEFAULT_TASK:
+        raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / 'model'} for this {task} run ({config}); "
+                                f"pass a model directory of the same task (--task-from)")
+    return {}
+
+
 def write_test_scores(model_dir: str | Path, result: dict) -> Path:
     """RUN_DIR/test_scores.json (beside the model directory), atomically: what `Task.test` reports."""
     from aiayn.io import atomic_write

@@ -2,6 +2,8 @@
 
 A checkpoint `ckpt_00001234/` (the update number) holds
     config.json + model.safetensors   the weights, via the model's `save_pretrained` (no pickle)
+    tokenizer files + task.json       the task's extras (`save_extras`), written by the trainer: a
+                                      checkpoint is a model directory every door opens
     trainer_state.pt                  optimizer + loss-scaler state, progress (step, epoch,
                                       batch index in the epoch's batch list, elapsed time,
                                       best validation, ...) and the RNG states of every rank
@@ -23,7 +25,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -102,16 +104,21 @@ def restore_rng(state: dict[str, Any]) -> None:
 def save_checkpoint(
     root: str | Path, name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     state: TrainState, rng: list[dict[str, Any]], scaler: Optional[Any] = None,
+    extras: Optional[Callable[[Path], None]] = None,
 ) -> Path:
     """Write checkpoint `root/name` atomically (see the module docstring); returns its path.
 
-    `model` must be the bare model (not a DDP wrapper); `rng` holds one entry per rank.
+    `model` must be the bare model (not a DDP wrapper); `rng` holds one entry per rank. `extras(dir)`
+    writes what inference needs beside the weights (the task's tokenizer and task.json), so that a
+    checkpoint is a model directory of its own.
     """
     root = Path(root)
     final = root / name
     tmp = root / f".tmp-{name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
+    if extras is not None:
+        extras(tmp)
     payload = {
         "format": 1, "state": state.to_dict(), "optimizer": optimizer.state_dict(),
         "scaler": scaler.state_dict() if scaler is not None else None, "rng": rng,

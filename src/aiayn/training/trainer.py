@@ -363,7 +363,7 @@ class Trainer:
         if not self.dist.is_main:
             return None
         path = ckpt.save_checkpoint(self.ckpt_root, name or ckpt.checkpoint_name(self.state.step), self.model,
-                                    self.optimizer, self.state, rng, self.scaler)
+                                    self.optimizer, self.state, rng, self.scaler, extras=self.task.save_extras)
         if name is None:
             ckpt.prune_checkpoints(self.ckpt_root, self.run.keep_last)
         return path
