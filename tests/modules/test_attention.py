@@ -106,3 +106,22 @@ def test_dot_score_takes_the_fused_path_with_the_same_result():
     fused, _ = scaled_dot_product_attention(q, k, v, mask, scale=1.0)
     explicit, _ = scaled_dot_product_attention(q, k, v, mask, need_weights=True, scale=1.0)
     torch.testing.assert_close(fused, explicit)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_bf16_training_on_cpu_takes_the_explicit_path_with_the_fused_result(is_causal):
+    """Where grads are wanted in bf16 on a CPU, the explicit matmuls replace torch's slow fused
+    kernel: same output and gradients as the fp32 fused kernel, within bf16's precision."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, H, 5, D // H) for _ in range(3))
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]], dtype=torch.bool)
+    mask = masks.key_mask(keep)
+
+    def run(dtype):
+        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        out, _ = scaled_dot_product_attention(*leaves, mask, is_causal=is_causal)
+        (out.float() * torch.arange(out.numel()).view(out.shape).sin()).sum().backward()
+        return [out.float()] + [t.grad.float() for t in leaves]
+
+    for low, high in zip(run(torch.bfloat16), run(torch.float32)):
+        torch.testing.assert_close(low, high, atol=0.05, rtol=0.05)

@@ -10,6 +10,7 @@ import torch
 
 from aiayn.config import PAD_ID, ConfigError, TransformerConfig
 from aiayn.models.transformer import Transformer
+from aiayn.modules.copy_attention import _CopyMixture
 
 from copy_task import train_and_copy
 
@@ -57,6 +58,62 @@ def test_mixture_equals_a_position_by_position_reference():
     torch.testing.assert_close(got, reference(model, src, tgt), atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(got[:2].sum(-1), torch.ones(2, 5))  # a distribution where there is a source
     assert model.copy.gate.weight.abs().sum() > 0 and (got[0] > 0).all()
+
+
+def sparse_mixture(logits, gate, a, src):
+    """The module's way: the copy term only at the source ids. a (K, T, S), src (K, S)."""
+    same = src[:, :, None] == src[:, None, :]  # (K, S, S)
+    c = a @ same.to(a.dtype)  # (K, T, S)
+    ids = src[:, None, :].expand_as(a)
+    first = (~same.tril(-1).any(-1))[:, None, :].expand_as(a)
+    return _CopyMixture.apply(logits, torch.sigmoid(gate), c, ids, first)
+
+
+def dense_mixture(logits, gate, a, src):
+    """log(g·softmax + (1 − g)·copy) with the copy distribution spread over the whole vocabulary."""
+    copied = torch.zeros_like(logits).scatter_add(-1, src[:, None, :].expand_as(a), a)  # (K, T, V)
+    g = torch.sigmoid(gate)
+    return (g * torch.softmax(logits, -1) + (1 - g) * copied).log()
+
+
+def mixture_inputs(pad: bool = True):
+    torch.manual_seed(0)
+    K, T, S = 3, 4, 6
+    src = torch.randint(4, V, (K, S))
+    src[0, 1] = src[0, 4] = src[0, 5]  # an id three times in a source
+    if pad:  # padding: no attention there
+        src[1, 3:] = PAD_ID
+    a = torch.softmax(torch.randn(K, T, S, dtype=torch.float64), -1).masked_fill(src[:, None, :] == PAD_ID, 0.0)
+    logits = torch.randn(K, T, V, dtype=torch.float64) * 3
+    gate = torch.randn(K, T, 1, dtype=torch.float64) * 2
+    return [t.requires_grad_() for t in (logits, gate, a)], src
+
+
+def test_sparse_mixture_and_its_gradient_equal_the_dense_one():
+    (logits, gate, a), src = mixture_inputs()
+    weights = torch.randn(*logits.shape, dtype=torch.float64)  # a loss that reads every output
+    got, want = sparse_mixture(logits, gate, a, src), dense_mixture(logits, gate, a, src)
+    torch.testing.assert_close(got, want)
+    got_grads = torch.autograd.grad((got * weights).sum(), (logits, gate, a))
+    want_grads = torch.autograd.grad((want * weights).sum(), (logits, gate, a))
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+
+
+def test_sparse_mixture_passes_gradcheck():
+    (logits, gate, a), src = mixture_inputs(pad=False)  # no a = 0, where a finite difference leaves the simplex
+    assert torch.autograd.gradcheck(lambda *x: sparse_mixture(*x, src), (logits, gate, a))
+
+
+def test_mixture_under_bf16_autocast_is_float32_and_close():
+    torch.manual_seed(0)
+    model = tiny()
+    src, tgt = torch.randint(4, V, (2, 7)), torch.randint(4, V, (2, 5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(src, tgt)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low.exp().sum(-1), torch.ones(2, 5))
+    torch.testing.assert_close(low, model(src, tgt), atol=0.1, rtol=0.05)
 
 
 def test_needs_a_joint_vocabulary():

@@ -50,6 +50,9 @@ def progress_bar(cfg):
 def run(args) -> int:
     import time
 
+    from aiayn.runtime import keep_freed_memory
+
+    keep_freed_memory()  # before the first large tensor: see its docstring
     from aiayn.training.config import load_config
     from aiayn.training.pipeline import evaluate_test, resume_config, train
     from aiayn.training.trainer import TrainingDiverged

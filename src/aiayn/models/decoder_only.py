@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from aiayn.config import ACTIVATIONS, PAD_ID, ConfigError, check_choice
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
+from aiayn.modules.dropout import Dropout
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer
 
@@ -92,7 +93,7 @@ class DecoderOnly(PretrainedModel):
         cfg = config
         self.embed = Embeddings(cfg.vocab_size, cfg.d_model, PAD_ID, scale=cfg.scale_embeddings)
         self.positions = positional_encoding(cfg.positional, cfg.d_model, cfg.max_positions)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, cross_attention=False) for i in range(cfg.n_layers))
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
         self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)

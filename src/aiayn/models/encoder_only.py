@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from aiayn.config import ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_choice
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
+from aiayn.modules.dropout import Dropout
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, EncoderLayer
 from aiayn.modules.universal import UniversalEncoder
@@ -111,7 +112,7 @@ class EncoderOnly(PretrainedModel):
         # registered only when asked for, so that the parameter order of older checkpoints holds
         self.token_types = nn.Parameter(torch.zeros(cfg.type_vocab_size, cfg.d_model)) if cfg.type_vocab_size else None
         self.embed_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.layers = None if cfg.universal else nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
         self.universal = UniversalEncoder(cfg, cfg.steps(cfg.n_layers)) if cfg.universal else None
         self.final_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, UNK_ID, ConfigError
 from aiayn.models.base import ModelConfig, PretrainedModel
+from aiayn.modules.dropout import Dropout
 
 CELLS = ("gru", "lstm")
 SCORES = ("additive", "dot", "general", "concat")
@@ -161,7 +162,7 @@ class RNNEncoderDecoder(PretrainedModel):
         self.score = Score(c.score, H)
         self.combine = nn.Linear(2 * H, H, bias=False)  # W_c [c_t; h_t]
         self.output = nn.Linear(H, c.tgt_vocab_size)
-        self.dropout = nn.Dropout(c.dropout)
+        self.dropout = Dropout(c.dropout)
 
     # -- encoder ------------------------------------------------------------------------------
     def start(self, src: Tensor, capacity: int = 64) -> RNNState:

@@ -20,6 +20,7 @@ from aiayn.models.base import PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.copy_attention import CopyAttention
+from aiayn.modules.dropout import Dropout
 from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
 from aiayn.modules.sentences import SentencePooling
@@ -60,7 +61,7 @@ class Encoder(nn.Module):
         self.embed, self.positions = embed, _positional(cfg)
         self.sentences = SentencePooling(cfg.sentence_ends) if cfg.source_units == "sentences" else None
         self.from_end = cfg.source_positions == "end"
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         universal = cfg.universal
         self.layers = None if universal else nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.universal = UniversalEncoder(cfg, cfg.steps(cfg.n_encoder_layers)) if universal else None
@@ -104,7 +105,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: TransformerConfig, embed: Embeddings):
         super().__init__()
         self.embed, self.positions = embed, _positional(cfg)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         universal = cfg.universal
         self.layers = None if universal else nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.n_decoder_layers))
         self.universal = UniversalDecoder(cfg, cfg.steps(cfg.n_decoder_layers)) if universal else None

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.modules import masks
+from aiayn.modules.dropout import dropout as _dropout
 
 
 SCORES = ("scaled_dot", "dot", "additive")  # §3.2.1: the paper's, and the two it compares with
@@ -26,14 +27,17 @@ def scaled_dot_product_attention(
     dot-product attention. q: (B, H, Tq, Dh), k/v: (B, H, Tk, Dh).
 
     Uses the fused kernel unless `need_weights`, in which case the weights (B, H, Tq, Tk)
-    are computed explicitly and returned. Fully masked rows give zero output and weights.
+    are computed explicitly and returned, or `_fused_is_slow`. Fully masked rows give zero
+    output and weights.
     """
-    mask = _with_causal(q, k, mask, is_causal, fused_ok=not need_weights)
+    explicit = need_weights or _fused_is_slow(q)
+    mask = _with_causal(q, k, mask, is_causal, fused_ok=not explicit)
     if mask is _CAUSAL:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale), None
-    if need_weights:
+    if explicit:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        return _attend(q @ k.transpose(-2, -1) * scale, v, mask, dropout)  # scores (B, H, Tq, Tk)
+        out, weights = _attend(q @ k.transpose(-2, -1) * scale, v, mask, dropout)  # scores (B, H, Tq, Tk)
+        return out, (weights if need_weights else None)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale), None
     has_key = masks.rows_with_keys(mask)  # (..., Tq, 1)
@@ -58,6 +62,12 @@ def additive_attention(
     return out, (weights if need_weights else None)
 
 
+def _fused_is_slow(q: Tensor) -> bool:
+    """Training in bf16/fp16 on a CPU: there torch's fused kernel takes 3-9x the time of the
+    explicit matmuls forward and backward (2 cores, torch 2.13; in fp32 it is the faster one)."""
+    return q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16) and q.requires_grad
+
+
 _CAUSAL = object()  # marker: plain causal self-attention, for the fused kernel's is_causal
 
 
@@ -79,7 +89,7 @@ def _attend(scores: Tensor, v: Tensor, mask: Tensor | None, dropout: float):
     weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)
     if mask is not None:
         weights = weights.masked_fill(~masks.rows_with_keys(mask), 0.0)
-    out = F.dropout(weights, p=dropout, training=dropout > 0) @ v  # (B, H, Tq, Dh)
+    out = _dropout(weights, dropout, training=dropout > 0) @ v  # (B, H, Tq, Dh)
     return out, weights
 
 

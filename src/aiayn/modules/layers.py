@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from aiayn.modules.attention import MultiHeadAttention
 from aiayn.modules.cache import KVCache
+from aiayn.modules.dropout import Dropout
 from aiayn.config import TransformerConfig
 
 
@@ -38,7 +39,7 @@ class PositionwiseFeedForward(nn.Module):
         self.act = ACTIVATION_FUNCTIONS[activation]
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         for linear in (self.linear1, self.linear2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
@@ -57,7 +58,7 @@ class SublayerConnection(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float):
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def input(self, x: Tensor) -> Tensor:
