@@ -52,6 +52,14 @@ def test_train_flops_counts_one_linear_by_hand():
     assert train_flops(cfg, 1, 1, 1) == 3 * (enc + dec + out)
 
 
+def test_cpu_training_ops_json_keys():
+    out = _last_json_line("cpu_training_ops.py", "--batch", "4", "--source", "6", "--target", "3", "--d-model", "16",
+                          "--vocab", "40", "--repeats", "1", "--threads", "1", "--keep-freed-memory", "--json")
+    assert out["keep_freed_memory"] in (True, False) and out["allocator"]
+    for op in ("dropout", "attention_bf16", "copy_mixture_and_loss"):
+        assert all(math.isfinite(out[f"{op}_{k}"]) and out[f"{op}_{k}"] > 0 for k in ("ours", "torch", "speedup"))
+
+
 def test_loss_json_keys():
     out = _last_json_line("loss.py", "--rows", "64", "--vocab", "50", "--repeats", "1", "--threads", "1", "--json")
     assert (out["rows_n"], out["vocab"]) == (64, 50)
