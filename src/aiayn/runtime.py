@@ -49,8 +49,8 @@ def keep_freed_memory() -> bool:
     """Have glibc's malloc keep freed memory for reuse instead of returning it to the system. By
     default a block over 32 MB (a (K, T, V) float32 vocabulary tensor is 47 MB on AESLC's batches)
     is mmapped afresh and page-faulted in on first touch at every allocation: on 2 cores that made
-    writing such a tensor about 4x slower than reading it, and a training update 14% slower
-    (`benchmarks/train_throughput.py --malloc`). The process's memory stays at its peak instead.
+    the copy mixture and loss of an AESLC update 1.8x slower (`benchmarks/cpu_training_ops.py` with
+    and without --keep-freed-memory). The process's memory stays at its peak instead.
     For commands (the process is theirs), not for library code. False where glibc is not the C library."""
     import ctypes
     import platform
