@@ -8,8 +8,10 @@ Peers, on the same inputs, interleaved call by call:
   which takes the explicit matmuls when training in bf16 on a CPU, against torch's fused
   `F.scaled_dot_product_attention`;
 - the copy mixture of `model.copy_attention` and the label-smoothed loss on it: ours (the copy term at
-  the source ids only, `modules.copy_attention._CopyMixture`) against the dense mixture left to
-  autograd (a (K, T, V) copy distribution by scatter_add, softmax, mix, log: what the module did before).
+  the source ids only, `modules.copy_attention.copy_mixture`) against the dense mixture left to
+  autograd (a (K, T, V) copy distribution by scatter_add, softmax, mix, log: what the module did before);
+- the same mixture in one beam-search step (forward only, beam 4, sources of 512 tokens), where the
+  ids' bookkeeping runs at every step.
 
 Default shapes: one update of `recipes/aeslc-summarization.toml` (146 e-mails, bodies of 32 tokens,
 subjects of 10, d_model 256, 4 heads, vocabulary 8,000). `--keep-freed-memory` first calls
@@ -36,7 +38,7 @@ from _common import (  # noqa: E402
 from aiayn.config import PAD_ID  # noqa: E402
 from aiayn.modules import masks  # noqa: E402
 from aiayn.modules.attention import scaled_dot_product_attention  # noqa: E402
-from aiayn.modules.copy_attention import _CopyMixture  # noqa: E402
+from aiayn.modules.copy_attention import copy_mixture  # noqa: E402
 from aiayn.modules.dropout import dropout  # noqa: E402
 from aiayn.runtime import keep_freed_memory  # noqa: E402
 from aiayn.training.loss import label_smoothed_loss  # noqa: E402
@@ -73,10 +75,7 @@ def copy_pair(B, S, T, D, H, V):
     src, target = torch.randint(4, V, (B, S)), torch.randint(4, V, (B, T))
 
     def ours():
-        same = src[:, :, None] == src[:, None, :]  # (B, S, S)
-        c, ids = a @ same.float(), src[:, None, :].expand_as(a)
-        first = (~same.tril(-1).any(-1))[:, None, :].expand_as(a)
-        out = _CopyMixture.apply(logits, torch.sigmoid(gate), c, ids, first)
+        out = copy_mixture(logits, torch.sigmoid(gate), a, src)
         label_smoothed_loss(out, target, 0.1, PAD_ID).loss.backward()
 
     def dense():
@@ -88,7 +87,31 @@ def copy_pair(B, S, T, D, H, V):
     return {"ours": ours, "torch": dense}
 
 
-OPS = {"dropout": dropout_pair, "attention bf16": attention_pair, "copy mixture + loss": copy_pair}
+def copy_step_pair(B, S, T, D, H, V, beam=4, source=512):
+    """One decoding step of the copy mixture (forward, no grad): B sources x `beam` rows, 512-token sources."""
+    K = B * beam
+    logits, gate = torch.randn(K, 1, V), torch.randn(K, 1, 1)
+    a, src = torch.softmax(torch.randn(K, 1, source), -1), torch.randint(4, V, (K, source))
+
+    @torch.no_grad()
+    def ours():
+        copy_mixture(logits, torch.sigmoid(gate), a, src)
+
+    @torch.no_grad()
+    def dense():
+        copied = torch.zeros(K, 1, V).scatter_add(-1, src[:, None, :], a)
+        g = torch.sigmoid(gate)
+        (g * torch.softmax(logits, -1) + (1 - g) * copied).clamp_min(1e-38).log()
+
+    return {"ours": ours, "torch": dense}
+
+
+OPS = {"dropout": dropout_pair, "attention bf16": attention_pair, "copy mixture + loss": copy_pair,
+       "copy decode step S=512": copy_step_pair}
+
+
+def _key(op: str) -> str:
+    return op.replace(" + ", " and ").replace("=", "").replace(" ", "_")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,13 +141,13 @@ def main(argv: list[str] | None = None) -> int:
                 seconds[name].append(time_call(fn))
         ours, theirs = median(seconds["ours"]), median(seconds["torch"])
         rows.append({"op": op, "ours": 1000 * ours, "torch": 1000 * theirs, "speedup": theirs / ours})
-    print(f"forward + backward, B={args.batch} S={args.source} T={args.target} D={args.d_model} "
+    print(f"forward + backward (the decode step: forward), B={args.batch} S={args.source} T={args.target} D={args.d_model} "
           f"V={args.vocab}, {threads} threads, allocator {allocator_name()}, freed memory kept: {kept}")
     print(format_table(rows, [("op", "op", ""), ("ours", "ours ms", ".1f"), ("torch", "PyTorch way ms", ".1f"),
                               ("speedup", "ours is x faster", ".2f")]))
     if args.json:
         emit_json({"threads": threads, "allocator": allocator_name(), "keep_freed_memory": kept,
-                   **{f"{r['op'].replace(' ', '_').replace('+', 'and')}_{k}": r[k] for r in rows
+                   **{f"{_key(r['op'])}_{k}": r[k] for r in rows
                       for k in ("ours", "torch", "speedup")}})
     return 0
 

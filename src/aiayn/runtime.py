@@ -49,7 +49,7 @@ def keep_freed_memory() -> bool:
     """Have glibc's malloc keep freed memory for reuse instead of returning it to the system. By
     default a block over 32 MB (a (K, T, V) float32 vocabulary tensor is 47 MB on AESLC's batches)
     is mmapped afresh and page-faulted in on first touch at every allocation: on 2 cores that made
-    the copy mixture and loss of an AESLC update 1.8x slower (`benchmarks/cpu_training_ops.py` with
+    the copy mixture and loss of an AESLC update 2x slower (`benchmarks/cpu_training_ops.py` with
     and without --keep-freed-memory). The process's memory stays at its peak instead.
     For commands (the process is theirs), not for library code. False where glibc is not the C library."""
     import ctypes
@@ -59,7 +59,7 @@ def keep_freed_memory() -> bool:
         return False
     libc = ctypes.CDLL(None)
     m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 1 << 62))
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))  # a C int
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.modules import masks
+from aiayn.modules import attention, masks
 from aiayn.modules.attention import MultiHeadAttention, scaled_dot_product_attention
 
 D, H = 16, 4
@@ -109,7 +109,7 @@ def test_dot_score_takes_the_fused_path_with_the_same_result():
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_bf16_training_on_cpu_takes_the_explicit_path_with_the_fused_result(is_causal):
+def test_bf16_training_on_cpu_takes_the_explicit_path_with_the_fused_result(is_causal, monkeypatch):
     """Where grads are wanted in bf16 on a CPU, the explicit matmuls replace torch's slow fused
     kernel: same output and gradients as the fp32 fused kernel, within bf16's precision."""
     torch.manual_seed(0)
@@ -118,10 +118,18 @@ def test_bf16_training_on_cpu_takes_the_explicit_path_with_the_fused_result(is_c
     mask = masks.key_mask(keep)
 
     def run(dtype):
-        leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
         out, _ = scaled_dot_product_attention(*leaves, mask, is_causal=is_causal)
         (out.float() * torch.arange(out.numel()).view(out.shape).sin()).sum().backward()
         return [out.float()] + [t.grad.float() for t in leaves]
 
-    for low, high in zip(run(torch.bfloat16), run(torch.float32)):
+    fused = run(torch.float32)
+    with monkeypatch.context() as m:  # bf16 with grads must not reach the fused kernel
+        m.setattr(attention.F, "scaled_dot_product_attention", _refuse)
+        explicit = run(torch.bfloat16)
+    for low, high in zip(explicit, fused):
         torch.testing.assert_close(low, high, atol=0.05, rtol=0.05)
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("the fused kernel was called")

@@ -10,7 +10,7 @@ import torch
 
 from aiayn.config import PAD_ID, ConfigError, TransformerConfig
 from aiayn.models.transformer import Transformer
-from aiayn.modules.copy_attention import _CopyMixture
+from aiayn.modules.copy_attention import copy_mixture
 
 from copy_task import train_and_copy
 
@@ -62,11 +62,7 @@ def test_mixture_equals_a_position_by_position_reference():
 
 def sparse_mixture(logits, gate, a, src):
     """The module's way: the copy term only at the source ids. a (K, T, S), src (K, S)."""
-    same = src[:, :, None] == src[:, None, :]  # (K, S, S)
-    c = a @ same.to(a.dtype)  # (K, T, S)
-    ids = src[:, None, :].expand_as(a)
-    first = (~same.tril(-1).any(-1))[:, None, :].expand_as(a)
-    return _CopyMixture.apply(logits, torch.sigmoid(gate), c, ids, first)
+    return copy_mixture(logits, torch.sigmoid(gate), a, src)
 
 
 def dense_mixture(logits, gate, a, src):

@@ -58,4 +58,3 @@ def _find_tokenizer(ckpt):
         if (d / "tokenizer.json").is_file():
             return d
     return None
-

@@ -12,9 +12,9 @@ target share one vocabulary, so a copied source id is already a target id: subwo
 and no extended vocabulary is needed.
 
 The copy term is nonzero only at the ≤ S source ids, so the mixture is computed as log(g·P_vocab)
-everywhere with those ids overwritten (`_CopyMixture`), not as a dense (K, T, V) copy distribution:
-on one AESLC training update the copy mixture and the loss, forward and backward, take 153 ms
-instead of 273 ms (85 instead of 157 with `runtime.keep_freed_memory`; 2 cores,
+everywhere with those ids overwritten (`copy_mixture`), not as a dense (K, T, V) copy distribution:
+on one AESLC training update the copy mixture and the loss, forward and backward, take 154 ms
+instead of 268 ms (75 instead of 111 with `runtime.keep_freed_memory`; 2 cores,
 `benchmarks/cpu_training_ops.py`).
 
 The mixture is returned as log-probabilities in place of logits. log_softmax leaves them as they are
@@ -44,15 +44,9 @@ class CopyAttention(nn.Module):
 
     def forward(self, hidden: Tensor, logits: Tensor, cache: KVCache) -> Tensor:
         """hidden (K, T, D), logits (K, T, V) -> log p(w) (K, T, V), float32 (float64 for a float64 model)."""
-        a = self.weights(hidden, cache)  # (n, 1, group·T, S)
-        ids = cache.src_ids  # (n, S)
-        same = ids[:, None, :, None] == ids[:, None, None, :]  # (n, 1, S, S): positions holding one id
-        with torch.autocast(a.device.type, enabled=False):  # float32 under bf16 autocast too
-            c = a @ same.to(a.dtype)  # (n, 1, group·T, S): the copy probability of each position's id
-        first = ~same.tril(-1).any(-1)  # (n, 1, S): the first position of its id
-        c, ids, first = (cache.ungrouped(t.expand_as(a))[:, 0] for t in (c, ids[:, None, None, :], first[:, :, None, :]))
-        g = torch.sigmoid(self.gate(hidden).to(c.dtype))  # (K, T, 1)
-        return _CopyMixture.apply(logits, g, c, ids, first)  # ids, first: (K, T, S)
+        a = cache.ungrouped(self.weights(hidden, cache))[:, 0]  # (K, T, S)
+        src_ids = cache.src_ids.repeat_interleave(cache.group, dim=0)  # (K, S): each row's source
+        return copy_mixture(logits, torch.sigmoid(self.gate(hidden).to(a.dtype)), a, src_ids)
 
     def weights(self, hidden: Tensor, cache: KVCache) -> Tensor:
         """The copy attention a, with the rows that share a source together (`KVCache.grouped`):
@@ -65,6 +59,27 @@ class CopyAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         a = torch.softmax(scores, dim=-1)
         return a if cache.has_source is None else a * cache.has_source  # a source with no token: nothing to copy
+
+
+def copy_mixture(logits: Tensor, g: Tensor, a: Tensor, src_ids: Tensor) -> Tensor:
+    """log(g·softmax(logits) + (1 − g)·copy), the copy term Σ_{i : x_i = w} a_i given at the source ids only.
+
+    logits (K, T, V); g (K, T, 1) the gate; a (K, T, S) the copy attention; src_ids (K, S) -> (K, T, V).
+    A source id at several positions gathers their attention at its first one (`_first_positions`):
+    S-wide work, none over the vocabulary or S x S.
+    """
+    first_pos = _first_positions(src_ids, logits.shape[-1])[:, None, :].expand_as(a)  # (K, T, S)
+    c = torch.zeros_like(a).scatter_add_(-1, first_pos, a).gather(-1, first_pos)  # (K, T, S): a summed over the id
+    first = first_pos == torch.arange(a.shape[-1], device=a.device)  # (K, T, S): the position carrying its id
+    return _CopyMixture.apply(logits, g, c, src_ids[:, None, :].expand_as(a), first)
+
+
+def _first_positions(src_ids: Tensor, vocab_size: int) -> Tensor:
+    """(K, S) ids -> (K, S) long: for each position, the first position of its row holding the same id."""
+    K, S = src_ids.shape
+    positions = torch.arange(S, device=src_ids.device, dtype=torch.int32).expand(K, S)
+    first_of_id = torch.full((K, vocab_size), S, device=src_ids.device, dtype=torch.int32)  # (K, V)
+    return first_of_id.scatter_reduce_(1, src_ids, positions, "amin").gather(1, src_ids).long()
 
 
 def _at_least_float32(dtype: torch.dtype) -> torch.dtype:

@@ -3,7 +3,7 @@
 `F.dropout` draws its mask with `bernoulli_`, one random number per element. On a CPU that
 costs more than the rest of the sub-layer. Here the CPU mask is drawn as 64-bit random integers,
 each read as four 16-bit ones compared with p: a quarter of the draws, and the forward + backward
-of a (146, 32, 256) bf16 activation 2.0-2.1x faster than `F.dropout` (2 cores,
+of a (146, 32, 256) bf16 activation about 1.9x faster than `F.dropout` (2 cores,
 `benchmarks/cpu_training_ops.py`). p is rounded to a multiple of 1/65,536 and the kept values are
 scaled by 1/(1 - that p), so the expectation is exact.
 Other devices use `F.dropout`, whose kernels are fast there.

@@ -136,17 +136,16 @@ def checkpoint_task_info(ckpt: str | Path) -> dict:
     one since 2026-11-26), else its run's model/ (ckpt = RUN_DIR/checkpoints/ckpt_N). Neither: {} for a
     run of the default task, which reads so; a run of another task is an error naming it, instead of a
     model that would answer as the wrong task."""
-    import tomllib
-
     from aiayn.tasks import DEFAULT_TASK
+    from aiayn.training.config import CONFIG_NAME, load_config
 
     ckpt = Path(ckpt)
     run_dir = ckpt.resolve().parent.parent
     for d in (ckpt, run_dir / "model"):
         if (d / TASK_FILE).is_file():
             return read_task_info(d)
-    config = run_dir / "config.toml"
-    task = tomllib.loads(config.read_text(encoding="utf-8")).get("task", DEFAULT_TASK) if config.is_file() else DEFAULT_TASK
+    config = run_dir / CONFIG_NAME
+    task = load_config(config).task if config.is_file() else DEFAULT_TASK  # a damaged config.toml: an error naming it
     if task != DEFAULT_TASK:
         raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / 'model'} for this {task} run ({config}); "
                                 f"pass a model directory of the same task (--task-from)")

@@ -1,0 +1,33 @@
+"""`aiayn.runtime.keep_freed_memory`: a large freed tensor stays in the process for reuse (so the next one
+is not mmapped and page-faulted afresh); by default glibc hands it back. Each case runs in its own process:
+malloc settings are process-wide."""
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import sys, torch
+from aiayn.runtime import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+before = rss()
+x = torch.ones(64 * 2**20 // 4)  # 64 MB, written
+del x
+print(rss() - before)
+"""
+
+
+def _kept_bytes(mode: str) -> int:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, timeout=120, check=True)
+    return int(out.stdout.strip())
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only")
+def test_a_freed_64_mb_tensor_stays_only_when_asked():
+    assert _kept_bytes("default") < 16 * 2**20  # mmapped, then returned
+    assert _kept_bytes("keep") > 48 * 2**20  # in the heap, ready for the next one
