@@ -118,3 +118,14 @@ def test_multi30k_bucketed_padding_efficiency(multi30k_dir, multi30k_bpe, tmp_pa
     for indices in batches[:50]:
         b = ds.collate(indices)
         assert b.src.numel() + b.tgt_in.numel() <= 4096
+
+
+def test_concat_joins_examples_in_order_and_sums_the_counts(sym_pair):
+    pairs = synthetic_pairs("copy", 30, seed=2, min_len=1, max_len=9)
+    ds = ParallelDataset.from_corpus(pairs, sym_pair).filter(max_len=7)
+    parts = [ds.subset(np.arange(0, 5)), ds.subset(np.arange(5, 5)), ds.subset(np.arange(5, len(ds)))]
+    joined = ParallelDataset.concat(parts)
+    assert len(joined) == len(ds)
+    assert [(joined[i][0].tolist(), joined[i][1].tolist()) for i in range(len(ds))] == \
+           [(ds[i][0].tolist(), ds[i][1].tolist()) for i in range(len(ds))]
+    assert joined.stats.n_too_long == 3 * ds.stats.n_too_long  # each part kept the counts of its source

@@ -83,6 +83,17 @@ class ParallelDataset:
         tgt_ids, tgt_off = _flatten(tgt)
         return cls(src_ids, src_off, tgt_ids, tgt_off, stats or CorpusStats(n_read=len(src)))
 
+    @classmethod
+    def concat(cls, parts: Sequence["ParallelDataset"]) -> "ParallelDataset":
+        """One dataset of `parts`' examples, in order; their reading counts summed."""
+        def join(ids: str, offsets: str) -> tuple[np.ndarray, np.ndarray]:
+            starts = np.cumsum([0] + [len(getattr(p, ids)) for p in parts[:-1]])
+            tails = [getattr(p, offsets)[1:] + start for p, start in zip(parts, starts)]
+            return np.concatenate([getattr(p, ids) for p in parts]), np.concatenate([np.zeros(1, np.int64), *tails])
+
+        stats = CorpusStats(**{k: sum(getattr(p.stats, k) for p in parts) for k in _STATS})
+        return cls(*join("src_ids", "src_offsets"), *join("tgt_ids", "tgt_offsets"), stats)
+
     def subset(self, indices: np.ndarray) -> "ParallelDataset":
         """The examples at `indices` (int array) or where `indices` is True (bool mask), in order."""
         idx = np.flatnonzero(indices) if np.asarray(indices).dtype == bool else np.asarray(indices, dtype=np.int64)

@@ -35,6 +35,7 @@ class MultilingualData(TranslationData):
         check("{}" in self.target_tag and " " not in self.target_tag,
               f"data.target_tag must hold {{}} (the language) and no space, got {self.target_tag!r}")
         check(self.tgt_lang == TranslationData.tgt_lang, "data.tgt_lang is not used here: name the targets in data.tgt_langs")
+        check(not self.extra_src_langs, "data.extra_src_langs: multilingual translation reads one source language")
 
 
 class MultilingualTranslationTask(TranslationTask):

@@ -13,6 +13,7 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Literal, Optional
 
@@ -35,6 +36,10 @@ class TranslationData(TextPairSettings):
     corpus: str = "synthetic"
     data_dir: str = ""  # local copy of a registered corpus; "" = $AIAYN_DATA_DIR or download
     # the synthetic corpus only
+    # many-to-one training: more source languages line-aligned with the same targets (Multi30k's
+    # fr and cs captions of the images its de and en describe), read for the training split and
+    # the vocabulary only; validation and test read src_lang (Johnson et al., 2017, §3: many-to-one)
+    extra_src_langs: tuple[str, ...] = ()
     task: str = "reverse"
     n_train: int = 20000
     n_valid: int = 200
@@ -48,6 +53,11 @@ class TranslationData(TextPairSettings):
         check(1 <= self.min_len <= self.max_len, f"data: need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
         check(self.src_lang != self.tgt_lang or self.corpus == "synthetic",
               f"data.src_lang and data.tgt_lang are both {self.src_lang!r}")
+        extra = self.extra_src_langs
+        check(not extra or (self.corpus != "synthetic" and len(set(extra)) == len(extra)
+                            and not {self.src_lang, self.tgt_lang} & set(extra)),
+              f"data.extra_src_langs must name distinct languages of the corpus other than {self.src_lang!r} "
+              f"and {self.tgt_lang!r}, got {extra!r}")
 
 
 class TranslationPipeline(TextPipeline):
@@ -240,10 +250,23 @@ class TranslationTask(Seq2SeqTask):
         if data.corpus == "synthetic":
             ex = self.examples(split)
             return ParallelDataset.from_corpus(list(zip(ex.src, ex.tgt)), self.tokenizers)
-        ids = load_parallel(data.corpus, self.tokenizers, split=split, langs=(data.src_lang, data.tgt_lang),
-                            data_dir=data.data_dir or None)
+        ids = ParallelDataset.concat([
+            load_parallel(data.corpus, self.tokenizers, split=split, langs=(source, data.tgt_lang),
+                          data_dir=data.data_dir or None) for source in self.source_langs(split)])
         self.drops.note(split, "empty", ids.stats.n_empty, ids.stats.n_read, "pairs with an empty side")
         return ids
+
+    def source_langs(self, split: str) -> tuple[str, ...]:
+        """The source languages read for `split`: with data.extra_src_langs, those too in training."""
+        data = self.data
+        return (data.src_lang, *data.extra_src_langs) if split == data.train_split else (data.src_lang,)
+
+    def train_texts(self) -> tuple[list[str], list[str]]:
+        """The training text to build a vocabulary from: every source language's, and the targets."""
+        ex = self.examples(self.data.train_split)
+        extra = [read_text(dataclasses.replace(self.data, src_lang=lang, extra_src_langs=()), self.data.train_split,
+                           self.cfg.train.seed).src for lang in self.data.extra_src_langs]
+        return ex.src + [s for texts in extra for s in texts], ex.tgt
 
     def check_test_split(self) -> None:
         """The test split's files exist (found without reading them)."""

@@ -1,0 +1,47 @@
+"""data.extra_src_langs: many-to-one training (Johnson et al., 2017) on a line-aligned corpus of
+several source languages; validation, test and the vocabulary's target side read one pair."""
+
+import pytest
+
+from aiayn.tasks.translation import TranslationTask
+from aiayn.training.config import load_config
+from aiayn.training.distributed import SINGLE
+
+
+def corpus(directory, n_train=6, n_valid=3):
+    """{split}.{de,fr,en}: each line of a split says the same thing in words of its own language."""
+    directory.mkdir()
+    for split, n in (("train", n_train), ("val", n_valid)):
+        for lang in ("de", "fr", "en"):
+            (directory / f"{split}.{lang}").write_text("".join(f"{lang}{i} {lang}w{i % 3}\n" for i in range(n)))
+    return directory
+
+
+def task(directory, *more):
+    cfg = load_config(None, ["train.max_updates=1", f'data.corpus="{directory}"', 'data.src_lang="de"', 'data.tgt_lang="en"',
+                             'data.train_split="train"', 'data.valid_split="val"', 'data.test_split=""',
+                             'data.vocab_type="symbols"', *more])
+    return TranslationTask(cfg)
+
+
+def test_training_reads_every_source_language_and_validation_one(tmp_path):
+    t = task(corpus(tmp_path / "c"), 'data.extra_src_langs=["fr"]')
+    t.prepare(tmp_path / "run", SINGLE)
+    src, tgt = t.tokenizers.src, t.tokenizers.tgt
+    train = [(src.decode(s), tgt.decode(y)) for s, y in (t.train_set[i] for i in range(len(t.train_set)))]
+    assert train == [(f"de{i} dew{i % 3}", f"en{i} enw{i % 3}") for i in range(6)] + \
+                    [(f"fr{i} frw{i % 3}", f"en{i} enw{i % 3}") for i in range(6)]
+    assert len(t.valid_set) == 3 and all(src.decode(t.valid_set[i][0]).startswith("de") for i in range(3))
+    assert src.encode("fr5 frw2") and "<unk>" not in src.decode(src.encode("fr5 frw2"))  # the vocabulary knows fr
+
+
+def test_without_extra_sources_training_reads_one_pair(tmp_path):
+    t = task(corpus(tmp_path / "c"))
+    t.prepare(tmp_path / "run", SINGLE)
+    assert len(t.train_set) == 6
+
+
+@pytest.mark.parametrize("extra", ['["en"]', '["de"]', '["fr", "fr"]'])
+def test_extra_sources_must_be_other_distinct_languages(tmp_path, extra):
+    with pytest.raises(ValueError, match="data.extra_src_langs"):
+        task(tmp_path, f"data.extra_src_langs={extra}")
