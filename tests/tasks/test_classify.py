@@ -125,3 +125,24 @@ def test_a_classifier_learns_a_separable_task_from_an_mlm_start(tmp_path, capsys
     assert main(["classify", "--model", model, "-i", str(tmp_path / "in.txt")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in out] == ["1", "0", "1", "0"] and all(float(l.split("\t")[1]) > 0.5 for l in out)
+
+
+def test_mlm_extra_texts_join_the_training_split_but_not_the_vocabulary(tmp_path):
+    import gzip
+
+    from aiayn.tasks.classify import MLMTask
+    from aiayn.training.distributed import SINGLE
+
+    (tmp_path / "train.tsv").write_text("a b\t0\nb c\t1\n")
+    with gzip.open(tmp_path / "more.txt.gz", "wt") as f:
+        f.write("A C\n\nc a b a\nzz\n")
+    cfg = load_config(None, ['task="mlm"', 'model.type="encoder-only"', f'data.corpus="{tmp_path}"', 'data.valid_split=""',
+                             'data.vocab_type="symbols"', "train.max_updates=1", "data.max_input_tokens=3",
+                             f'data.extra_texts=["{tmp_path / "more.txt.gz"}"]', "data.lowercase_extra_texts=true"])
+    task = MLMTask(cfg)
+    task.prepare(tmp_path / "run", SINGLE)
+    ids, labels = task.splits["train"]
+    src = task.tokenizers.src
+    assert [src.decode(s) for s in ids] == ["a b", "b c", "a c", "c a b", src.decode(src.encode("zz"))]
+    assert src.encode("zz") == src.encode("q")  # zz is not in the vocabulary: the training file's words are
+    assert labels[2:] == [-1, -1, -1] and task.drops.counts["extra_texts"]["truncated"] == 1

@@ -375,6 +375,17 @@ class ClassifyTask:
         write_task_info(model_dir, {"task": self.name, "labels": self.labels, "max_input_tokens": self.data.max_input_tokens})
 
 
+@dataclass(frozen=True)
+class MLMData(ClassifyData):
+    """ClassifyData, and more text for the masked language model alone."""
+
+    # plain-text files (.gz allowed), one text per line, added to the training texts (not to the
+    # vocabulary, which stays the task's own, so the classifier that starts from this model reads
+    # its texts as the MLM did); blank lines skipped, long lines cut as any text is
+    extra_texts: tuple[str, ...] = ()
+    lowercase_extra_texts: bool = False  # e.g. SST-2 is lower-cased: cased extra text would meet its vocabulary so
+
+
 class MLMPipeline(NoPipeline):
     task = "mlm"
     use = "start a classifier from it with train.init_from (recipes/sst2-classify.toml)"
@@ -384,7 +395,24 @@ class MLMTask(ClassifyTask):
     """Masked-language-model pre-training on the texts of the classification files (labels unused)."""
 
     name = "mlm"
+    data_config = MLMData
     pipeline = MLMPipeline
+
+    def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
+        """ClassifyTask's, then data.extra_texts appended to the training split (label index -1: none)."""
+        super().prepare(run_dir, dist, fresh)
+        if not self.data.extra_texts:
+            return
+        from aiayn.data.corpus import read_lines
+
+        texts = [t.lower() if self.data.lowercase_extra_texts else t
+                 for path in self.data.extra_texts for t in read_lines(path) if t]
+        ids, labels = self.splits[self.data.train_split]
+        limit = self.data.max_input_tokens
+        more = self.tokenizers.src.encode_batch(texts)
+        self.drops.note("extra_texts", "truncated", sum(len(s) > limit for s in more), len(more), f"texts over {limit} tokens")
+        self.splits[self.data.train_split] = ids + [s[:limit] for s in more], labels + [-1] * len(more)
+        log.info("%d more training texts from %s", len(more), ", ".join(self.data.extra_texts))
 
     @property
     def mask_id(self) -> int:
