@@ -35,11 +35,11 @@ class TranslationData(TextPairSettings):
 
     corpus: str = "synthetic"
     data_dir: str = ""  # local copy of a registered corpus; "" = $AIAYN_DATA_DIR or download
-    # the synthetic corpus only
     # many-to-one training: more source languages line-aligned with the same targets (Multi30k's
     # fr and cs captions of the images its de and en describe), read for the training split and
     # the vocabulary only; validation and test read src_lang (Johnson et al., 2017, §3: many-to-one)
     extra_src_langs: tuple[str, ...] = ()
+    # the synthetic corpus only
     task: str = "reverse"
     n_train: int = 20000
     n_valid: int = 200
