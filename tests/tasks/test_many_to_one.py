@@ -45,3 +45,16 @@ def test_without_extra_sources_training_reads_one_pair(tmp_path):
 def test_extra_sources_must_be_other_distinct_languages(tmp_path, extra):
     with pytest.raises(ValueError, match="data.extra_src_langs"):
         task(tmp_path, f"data.extra_src_langs={extra}")
+
+
+@pytest.mark.parametrize("settings", [
+    ['data.corpus="multi30k"', 'data.src_lang="de"', 'data.tgt_lang="en"', 'data.extra_src_langs=["fr"]'],
+    ['task="aiayn.tasks.multilingual:MultilingualTranslationTask"', 'data.corpus="multi30k"', 'data.src_lang="en"',
+     'data.tgt_langs=["de", "fr"]'],
+    ['task="mlm"', 'model.type="encoder-only"', 'data.extra_texts=["a.txt"]']])
+def test_a_saved_config_with_a_list_of_names_reads_back_identical(tmp_path, settings):
+    from aiayn.training.config import save_config
+
+    cfg = load_config(None, ["train.max_updates=1", *settings])
+    assert not [name for name, value in vars(cfg.data).items() if isinstance(value, list)]  # frozen: tuples
+    assert load_config(save_config(cfg, tmp_path / "run")) == cfg  # TOML's list is the config's tuple again

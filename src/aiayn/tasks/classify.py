@@ -385,6 +385,10 @@ class MLMData(ClassifyData):
     extra_texts: tuple[str, ...] = ()
     lowercase_extra_texts: bool = False  # e.g. SST-2 is lower-cased: cased extra text would meet its vocabulary so
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "extra_texts", tuple(self.extra_texts))  # TOML gives a list
+
 
 class MLMPipeline(NoPipeline):
     task = "mlm"

@@ -28,6 +28,7 @@ class MultilingualData(TranslationData):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        object.__setattr__(self, "tgt_langs", tuple(self.tgt_langs))  # TOML gives a list
         check(self.corpus != "synthetic", "data.corpus: multilingual translation reads a corpus of named languages")
         check(len(self.tgt_langs) >= 1 and len(set(self.tgt_langs)) == len(self.tgt_langs)
               and self.src_lang not in self.tgt_langs,

@@ -53,6 +53,7 @@ class TranslationData(TextPairSettings):
         check(1 <= self.min_len <= self.max_len, f"data: need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
         check(self.src_lang != self.tgt_lang or self.corpus == "synthetic",
               f"data.src_lang and data.tgt_lang are both {self.src_lang!r}")
+        object.__setattr__(self, "extra_src_langs", tuple(self.extra_src_langs))  # TOML gives a list
         extra = self.extra_src_langs
         check(not extra or (self.corpus != "synthetic" and len(set(extra)) == len(extra)
                             and not {self.src_lang, self.tgt_lang} & set(extra)),
