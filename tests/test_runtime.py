@@ -9,12 +9,12 @@ import sys
 import pytest
 
 PROBE = """
-import sys, torch
+import os, sys, torch
 from aiayn.runtime import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 def rss():
-    return int(open("/proc/self/statm").read().split()[1]) * 4096
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 before = rss()
 x = torch.ones(64 * 2**20 // 4)  # 64 MB, written
 del x

@@ -275,10 +275,14 @@ class ClassifyTask:
         unknown = sorted(set(labels) - set(self.labels))
         if unknown:
             raise CorpusError(f"{self.data.corpus} split {split!r}: labels {unknown} never occur in training")
+        return self.token_ids(split, texts), [self.labels.index(y) for y in labels]
+
+    def token_ids(self, split: str, texts: list[str]) -> list[list[int]]:
+        """The token ids of `texts`, each cut to data.max_input_tokens (the cut ones counted under `split`)."""
         limit = self.data.max_input_tokens
         ids = self.tokenizers.src.encode_batch(texts)
         self.drops.note(split, "truncated", sum(len(s) > limit for s in ids), len(ids), f"texts over {limit} tokens")
-        return [s[:limit] for s in ids], [self.labels.index(y) for y in labels]
+        return [s[:limit] for s in ids]
 
     def restore(self, model_dir: Path) -> None:
         """Labels and vocabulary from a finished model directory, and the test split (for `test`)."""
@@ -383,7 +387,7 @@ class MLMData(ClassifyData):
     # vocabulary, which stays the task's own, so the classifier that starts from this model reads
     # its texts as the MLM did); blank lines skipped, long lines cut as any text is
     extra_texts: tuple[str, ...] = ()
-    lowercase_extra_texts: bool = False  # e.g. SST-2 is lower-cased: cased extra text would meet its vocabulary so
+    lowercase_extra_texts: bool = False  # for a lower-cased task (SST-2), whose vocabulary has few capitals
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -412,10 +416,8 @@ class MLMTask(ClassifyTask):
         texts = [t.lower() if self.data.lowercase_extra_texts else t
                  for path in self.data.extra_texts for t in read_lines(path) if t]
         ids, labels = self.splits[self.data.train_split]
-        limit = self.data.max_input_tokens
-        more = self.tokenizers.src.encode_batch(texts)
-        self.drops.note("extra_texts", "truncated", sum(len(s) > limit for s in more), len(more), f"texts over {limit} tokens")
-        self.splits[self.data.train_split] = ids + [s[:limit] for s in more], labels + [-1] * len(more)
+        more = self.token_ids("extra_texts", texts)
+        self.splits[self.data.train_split] = ids + more, labels + [-1] * len(more)
         log.info("%d more training texts from %s", len(more), ", ".join(self.data.extra_texts))
 
     @property

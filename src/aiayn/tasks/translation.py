@@ -13,7 +13,6 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, Literal, Optional
 
@@ -264,10 +263,12 @@ class TranslationTask(Seq2SeqTask):
 
     def train_texts(self) -> tuple[list[str], list[str]]:
         """The training text to build a vocabulary from: every source language's, and the targets."""
-        ex = self.examples(self.data.train_split)
-        extra = [read_text(dataclasses.replace(self.data, src_lang=lang, extra_src_langs=()), self.data.train_split,
-                           self.cfg.train.seed).src for lang in self.data.extra_src_langs]
-        return ex.src + [s for texts in extra for s in texts], ex.tgt
+        from aiayn.data.corpus import read_corpus
+
+        data, ex = self.data, self.examples(self.data.train_split)
+        more = [s for lang in data.extra_src_langs for s in read_corpus(
+            data.corpus, split=data.train_split, langs=(lang, data.tgt_lang), data_dir=data.data_dir or None).src]
+        return ex.src + more, ex.tgt
 
     def check_test_split(self) -> None:
         """The test split's files exist (found without reading them)."""
