@@ -21,11 +21,12 @@ TASKS = ("translation", "summarization", "qa", "lm", "classify", "image-classify
 IMAGE_SIDE = 4  # image-classify: 4x4 pixels in 2x2 patches
 
 
-def tiny_model(directory, task: str, block: int = 16, **info):
+def tiny_model(directory, task: str, block: int = 16, tokenizer=None, **info):
     """A random model of `task` in `directory`; `info` adds to (or replaces) its task.json, `block` is a
-    language model's context."""
+    language model's context, `tokenizer` the vocabulary of a text model (default: WORDS as symbols)."""
     torch.manual_seed(0)
-    small = dict(vocab_size=len(WORDS) + 4, d_model=16, n_heads=2, n_layers=1, d_ff=32)
+    tokenizer = tokenizer or SymbolTokenizer(WORDS)
+    small = dict(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32)
     defaults = {"task": task}
     if task == "lm":
         model_type, config = "decoder-only", DecoderOnlyConfig(**small, max_positions=block)
@@ -40,13 +41,13 @@ def tiny_model(directory, task: str, block: int = 16, **info):
                                    max_positions=n + 1)
         defaults.update(labels=["dark", "light"], patch_size=2)
     else:
-        model_type, config = "encoder-decoder", TransformerConfig.preset("tiny", src_vocab_size=len(WORDS) + 4)
+        model_type, config = "encoder-decoder", TransformerConfig.preset("tiny", src_vocab_size=tokenizer.vocab_size)
         defaults["decode"] = GREEDY
         if task == "translation":
             defaults["languages"] = ["de", "en"]
     build_model(model_type, config).save_pretrained(directory)
     if task != "image-classify":
-        save_tokenizers(TokenizerPair.shared(SymbolTokenizer(WORDS)), directory)
+        save_tokenizers(TokenizerPair.shared(tokenizer), directory)
     write_task_info(directory, {**defaults, **info})
     return directory
 

@@ -7,7 +7,7 @@ Inputs follow `common.encode_source` (ids + EOS, right-padded with PAD).
 """
 
 from aiayn.decoding.beam import Hypothesis, beam_search
-from aiayn.decoding.common import encode_source, max_output_length, pad_sources, source_ids
+from aiayn.decoding.common import encode_source, input_tokens, max_output_length, pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import Decodable, DecoderState, for_inference
 from aiayn.decoding.length_penalty import length_penalty
@@ -15,5 +15,5 @@ from aiayn.decoding.sampling import filter_logits, sample
 
 __all__ = [
     "Decodable", "DecoderState", "Hypothesis", "beam_search", "greedy_search", "sample", "filter_logits",
-    "for_inference", "length_penalty", "encode_source", "source_ids", "pad_sources", "max_output_length",
+    "for_inference", "length_penalty", "encode_source", "input_tokens", "source_ids", "pad_sources", "max_output_length",
 ]

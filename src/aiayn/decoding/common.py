@@ -22,13 +22,23 @@ from aiayn.data.batching import keep_within
 log = logging.getLogger(__name__)
 
 
+def input_tokens(tokenizer, text: str) -> list[int]:
+    """Token ids of an input text as the model's training text was read: without edge white space.
+    Every training reader strips its lines and fields, and our sentencepiece vocabularies keep white
+    space exactly (identity normalization), so a line's trailing space would otherwise become a piece
+    that no training text ended with, and one input would answer differently through a file, a
+    request and the evaluation of the same text."""
+    return tokenizer.encode(text.strip())
+
+
 def encode_source(tokenizer, text: str, max_len: int | None = None, keep: str = "start") -> list[int]:
-    """Token ids of `text` + EOS, truncated to `max_len` ids, EOS kept (callers count and log it).
+    """Token ids of `text` (`input_tokens`) + EOS, truncated to `max_len` ids, EOS kept (callers
+    count and log it).
 
     `tokenizer` is an `aiayn.data.tokenizer.Tokenizer`; its `encode` adds no BOS/EOS.
     `keep`: which end of an over-long text survives ("start"; "end" for `context [SEP] question`).
     """
-    return source_ids(tokenizer.encode(text), max_len, keep)
+    return source_ids(input_tokens(tokenizer, text), max_len, keep)
 
 
 def source_ids(ids: Sequence[int], max_len: int | None = None, keep: str = "start") -> list[int]:

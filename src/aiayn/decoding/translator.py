@@ -26,7 +26,7 @@ import torch
 
 from aiayn.config import PAD_ID, DecodeConfig, SamplingConfig
 from aiayn.decoding.beam import beam_search
-from aiayn.decoding.common import pad_sources, source_ids
+from aiayn.decoding.common import input_tokens, pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import for_inference
 from aiayn.decoding.sampling import sample
@@ -100,7 +100,7 @@ class TextTranslator:
         """Index -> source ids + EOS of each non-blank sentence, cut to `max_input_tokens` at the
         `keep` end; one warning per call counts the sources that were cut."""
         limit = self.max_input_tokens
-        ids = {i: self.tokenizers.src.encode(s) for i, s in enumerate(sentences) if s.strip()}
+        ids = {i: input_tokens(self.tokenizers.src, s) for i, s in enumerate(sentences) if s.strip()}
         cut = [i for i, x in ids.items() if limit is not None and len(x) + 1 > limit]
         if cut:
             log.warning("%d of %d sources truncated to %d tokens (the %s kept), e.g. line %d: %.40r...", len(cut),

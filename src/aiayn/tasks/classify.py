@@ -39,7 +39,7 @@ from aiayn.data.batching import LazyBatches
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import N_SPECIALS, TokenizerPair, load_tokenizers, save_tokenizers
-from aiayn.decoding.common import pad_sources
+from aiayn.decoding.common import input_tokens, pad_sources
 from aiayn.models.base import eval_mode
 from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import NoPipeline, Pipeline, Route, check_fields, check_texts
@@ -172,7 +172,7 @@ class Classifier(Pipeline):
 
     def run(self, texts: list[str], progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
         refuse_options(self.task, options)
-        ids = [self.tokenizer.encode(t) for t in texts]
+        ids = [input_tokens(self.tokenizer, t) for t in texts]
         cut = sum(len(x) > self.max_length for x in ids)
         if cut:
             log.warning("%d of %d texts cut to %d tokens", cut, len(ids), self.max_length)
@@ -214,7 +214,7 @@ class Classifier(Pipeline):
         from aiayn.models.encoder_only import CLS_ID
         from aiayn.plots.attention import self_attention_maps
 
-        return self_attention_maps(self.model, self.tokenizer, line, "encoder", first=[("[CLS]", CLS_ID)])
+        return self_attention_maps(self.model, self.tokenizer, line.strip(), "encoder", first=[("[CLS]", CLS_ID)])
 
 
 def refuse_options(task: str, options: dict) -> None:

@@ -328,7 +328,9 @@ class TextPipeline(Pipeline):
     def count_cut(self, sources: list[str]) -> int:
         """How many of `sources` the translator will cut (it warns when it does)."""
         limit = self.translator.max_input_tokens
-        return sum(len(self.translator.tokenizers.src.encode(s)) + 1 > limit for s in sources) if limit else 0
+        from aiayn.decoding.common import input_tokens
+
+        return sum(len(input_tokens(self.translator.tokenizers.src, s)) + 1 > limit for s in sources) if limit else 0
 
     def run(self, sources: list[str], progress=None, nbest: Optional[int] = None, return_attention: bool = False,
             **options) -> list:

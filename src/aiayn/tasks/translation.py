@@ -93,9 +93,10 @@ class TranslationPipeline(TextPipeline):
 
     def tagged(self, texts: list[str], target: str) -> list[str]:
         """What the model reads to translate `texts` into `target`: a multilingual model's sources
-        start with the target's tag (task.json's "target_tag", e.g. "<2{}>": Johnson et al., 2017)."""
+        start with the target's tag (task.json's "target_tag", e.g. "<2{}>": Johnson et al., 2017), one
+        space before the text, as in training (the text's own edge white space goes: `input_tokens`)."""
         tag = self.info.get("target_tag")
-        return [f"{tag.format(target)} {t}" for t in texts] if tag and target else texts
+        return [f"{tag.format(target)} {t.strip()}" for t in texts] if tag and target else texts
 
     def sources(self, fields: dict, texts: list[str], server) -> list[str]:
         """`texts` of a request for the pair its `source` and `target` ask for, tagged; a pair
