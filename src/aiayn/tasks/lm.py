@@ -171,6 +171,8 @@ class Generator(Pipeline):
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        # verbatim, white space included: a language model trained on running text continues a prompt's
+        # trailing space (the other tasks' inputs are stripped, as their training lines were: input_tokens)
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
         device = next(self.model.parameters()).device
         config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
