@@ -179,6 +179,52 @@ def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_pa
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+def test_classifier_averaging_rows_agree_with_the_classify_door_and_aiayn_average(tmp_path):
+    """Each model's row is the accuracy of its `load_pipeline` labels, the ensemble's that of the mean of
+    the pipelines' label probabilities, the weight average's that of `aiayn average`'s model; `tune` reads
+    the carved sentences of the training file (none of the phrases)."""
+    from safetensors.torch import load_file, save_file
+    from tiny_models import WORDS, tiny_model
+
+    from aiayn.cli import main
+    from aiayn.tasks import load_pipeline
+    from aiayn.tasks.classify import carve
+
+    torch = pytest.importorskip("torch")
+    models = [tiny_model(tmp_path / name, "classify") for name in ("a", "b", "c")]
+    generator = torch.Generator().manual_seed(1)
+    for model in models[1:]:  # three different models of one config
+        weights = load_file(model / "model.safetensors")
+        save_file({k: v + 0.5 * torch.randn(v.shape, generator=generator) for k, v in weights.items()},
+                  model / "model.safetensors")
+    texts = [" ".join(WORDS[(i * 5 + j) % 12] for j in range(1 + i % 4)) for i in range(40)]
+    gold = ["pos" if i % 3 else "neg" for i in range(40)]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
+    (corpus / "train_full.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
+    out = _last_json_line("classifier_averaging.py", *map(str, models), "--corpus", str(corpus), "--split", "dev",
+                          "--split", "tune", "--carve", "0.5", "--threads", "1", "--json")
+    rows = {row["model"]: row for row in out["rows"]}
+
+    def score(labels, split_gold):
+        return pytest.approx(100.0 * sum(y == g for y, g in zip(labels, split_gold)) / len(split_gold))
+
+    held = carve(texts, 0.5)[1]
+    splits = {"dev": (texts, gold), "tune": ([texts[i] for i in held], [gold[i] for i in held])}
+    assert 0 < len(held) < len(texts)
+    for split, (xs, ys) in splits.items():
+        answers = [load_pipeline(m)(xs) for m in models]
+        for model, labels in zip(models, answers):
+            assert rows[str(model)][split] == score([y for y, _ in labels], ys)
+        positive = [sum(p if y == "pos" else 1 - p for y, p in each) / 3 for each in zip(*answers)]
+        assert rows["ensemble (mean probability)"][split] == score(["pos" if p > 0.5 else "neg" for p in positive], ys)
+    assert main(["average", *map(str, models), "-o", str(tmp_path / "soup")]) == 0
+    for split, (xs, ys) in splits.items():
+        assert rows["weight average"][split] == score([y for y, _ in load_pipeline(tmp_path / "soup")(xs)], ys)
+    assert len({row["dev"] for row in out["rows"]}) > 1  # the models differ: the rows are not one figure
+
+
 def test_compare_revisions_of_one_checkout_against_itself():
     """Both sides run the same tree: every row of decode_speed comes back, with both medians and a ratio."""
     root = BENCHMARKS.parent

@@ -88,6 +88,7 @@ class ParallelDataset:
         """One dataset of `parts`' examples, in order; their reading counts summed."""
         if len(parts) == 1:
             return parts[0]
+
         def join(ids: str, offsets: str) -> tuple[np.ndarray, np.ndarray]:
             starts = np.cumsum([0] + [len(getattr(p, ids)) for p in parts[:-1]])
             tails = [getattr(p, offsets)[1:] + start for p, start in zip(parts, starts)]

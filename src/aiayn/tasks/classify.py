@@ -172,24 +172,32 @@ class Classifier(Pipeline):
 
     def run(self, texts: list[str], progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
         refuse_options(self.task, options)
+        return self.decide(self.inputs(texts), progress, batch_size)
+
+    def inputs(self, texts: Sequence[str]) -> list[list[int]]:
+        """The model inputs of `texts`: their tokens (`input_tokens`), cut to max_length as in training
+        (one warning counts the cut ones)."""
         ids = [input_tokens(self.tokenizer, t) for t in texts]
         cut = sum(len(x) > self.max_length for x in ids)
         if cut:
             log.warning("%d of %d texts cut to %d tokens", cut, len(ids), self.max_length)
-        return self.decide([x[: self.max_length] or [UNK_ID] for x in ids], progress, batch_size)
+        return [x[: self.max_length] or [UNK_ID] for x in ids]
 
-    @torch.inference_mode()
     def decide(self, inputs: list, progress=None, batch_size: int = 64) -> list[tuple[str, float]]:
         """(label, probability) of each model input (token ids, or patches), `batch_size` at a time."""
+        probs = self.probabilities(inputs, progress, batch_size)
+        return [(self.labels[int(i)], float(p[i])) for i, p in zip(probs.argmax(-1), probs)]
+
+    @torch.inference_mode()
+    def probabilities(self, inputs: list, progress=None, batch_size: int = 64) -> torch.Tensor:
+        """The class probabilities (N, n_classes) of model inputs, float32, `batch_size` at a time."""
         device = next(self.model.parameters()).device
-        out: list[tuple[str, float]] = []
+        out = []
         for start in range(0, len(inputs), batch_size):
-            probs = self.model.classify(self.batch(inputs[start:start + batch_size], device)).float().softmax(-1)
-            best = probs.argmax(-1)
-            out += [(self.labels[int(i)], float(p[i])) for i, p in zip(best, probs)]
+            out.append(self.model.classify(self.batch(inputs[start:start + batch_size], device)).float().softmax(-1).cpu())
             if progress is not None:
-                progress(len(best))
-        return out
+                progress(len(out[-1]))
+        return torch.cat(out) if out else torch.zeros(0, len(self.labels))
 
     def batch(self, inputs: list, device) -> torch.Tensor:
         return pad_sources(inputs, PAD_ID, device)  # (B, T)

@@ -38,6 +38,7 @@ from aiayn.config import PAD_ID
 from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+from aiayn.decoding.common import encode_source, input_tokens
 from aiayn.io import atomic_write
 from aiayn.runtime import stable_hash
 from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
@@ -328,8 +329,6 @@ class TextPipeline(Pipeline):
     def count_cut(self, sources: list[str]) -> int:
         """How many of `sources` the translator will cut (it warns when it does)."""
         limit = self.translator.max_input_tokens
-        from aiayn.decoding.common import input_tokens
-
         return sum(len(input_tokens(self.translator.tokenizers.src, s)) + 1 > limit for s in sources) if limit else 0
 
     def run(self, sources: list[str], progress=None, nbest: Optional[int] = None, return_attention: bool = False,
@@ -354,7 +353,6 @@ class TextPipeline(Pipeline):
     def attention(self, line: str, max_len_a: Optional[float] = None, max_len_b: Optional[int] = None):
         """The attention maps of the greedy output for one input line, its source cut as the door cuts
         it; the output length limit is the directory's unless given."""
-        from aiayn.decoding.common import encode_source
         from aiayn.plots.attention import attention_maps
 
         tr = self.translator
@@ -405,7 +403,6 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
     output's tokens, re-encoded from its text, with the EOS that ended it unless `decode`'s length
     limit did): layers x heads x target x source, with the pieces."""
     from aiayn.config import BOS_ID
-    from aiayn.decoding.common import encode_source
     from aiayn.plots.attention import forward_attention, with_end
 
     tok, device = translator.tokenizers, translator.device
