@@ -179,12 +179,25 @@ def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_pa
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+def _labelled_corpus(tmp_path: Path) -> tuple[Path, list[str], list[str]]:
+    """A 40-text SST-like corpus of tiny_models' words: dev.tsv, and train_full.tsv of the same texts."""
+    from tiny_models import WORDS
+
+    texts = [" ".join(WORDS[(i * 5 + j) % 12] for j in range(1 + i % 4)) for i in range(40)]
+    gold = ["pos" if i % 3 else "neg" for i in range(40)]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
+    (corpus / "train_full.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
+    return corpus, texts, gold
+
+
 def test_classifier_averaging_rows_agree_with_the_classify_door_and_aiayn_average(tmp_path):
     """Each model's row is the accuracy of its `load_pipeline` labels, the ensemble's that of the mean of
     the pipelines' label probabilities, the weight average's that of `aiayn average`'s model; `tune` reads
     the carved sentences of the training file (none of the phrases)."""
     from safetensors.torch import load_file, save_file
-    from tiny_models import WORDS, tiny_model
+    from tiny_models import tiny_model
 
     from aiayn.cli import main
     from aiayn.tasks import load_pipeline
@@ -197,12 +210,7 @@ def test_classifier_averaging_rows_agree_with_the_classify_door_and_aiayn_averag
         weights = load_file(model / "model.safetensors")
         save_file({k: v + 0.5 * torch.randn(v.shape, generator=generator) for k, v in weights.items()},
                   model / "model.safetensors")
-    texts = [" ".join(WORDS[(i * 5 + j) % 12] for j in range(1 + i % 4)) for i in range(40)]
-    gold = ["pos" if i % 3 else "neg" for i in range(40)]
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
-    (corpus / "train_full.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
+    corpus, texts, gold = _labelled_corpus(tmp_path)
     out = _last_json_line("classifier_averaging.py", *map(str, models), "--corpus", str(corpus), "--split", "dev",
                           "--split", "tune", "--carve", "0.5", "--threads", "1", "--json")
     rows = {row["model"]: row for row in out["rows"]}
@@ -329,17 +337,12 @@ def test_cnn_rand_matches_kims_model_written_window_by_window():
 
 
 def test_sst2_cnn_rand_trains_on_the_recipes_split_and_scores_ours_as_the_door_does(tmp_path):
-    from tiny_models import WORDS, tiny_model
+    from tiny_models import tiny_model
 
     from aiayn.tasks import load_pipeline
 
     pytest.importorskip("torch")
-    texts = [" ".join(WORDS[(i * 5 + j) % 12] for j in range(1 + i % 4)) for i in range(40)]
-    gold = ["pos" if i % 3 else "neg" for i in range(40)]
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "dev.tsv").write_text("sentence\tlabel\n" + "".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
-    (corpus / "train_full.tsv").write_text("".join(f"{t}\t{y}\n" for t, y in zip(texts, gold)))
+    corpus, texts, gold = _labelled_corpus(tmp_path)
     ours = tiny_model(tmp_path / "ours", "classify")
     out = _last_json_line("sst2_cnn_rand.py", "--corpus", str(corpus), "--carve", "0.5", "--epochs", "2",
                           "--seeds", "3", "--ours", str(ours), "--threads", "1", "--json")
