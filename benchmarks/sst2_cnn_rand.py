@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -105,6 +106,8 @@ def train(splits: dict, names: list[str], seed: int, epochs: int, batch: int) ->
             optimizer.step()
             model.constrain()
         tune = accuracy(probabilities(model, splits["tune"][0], vocab), splits["tune"][1], names)
+        print(f"seed {seed} epoch {epoch}: tune {tune:.2f}% ({(time.perf_counter() - start) / 60:.1f} min)",
+              file=sys.stderr, flush=True)
         if tune > best:
             best, best_epoch, best_state = tune, epoch, copy.deepcopy(model.state_dict())
     model.load_state_dict(best_state)
