@@ -50,3 +50,14 @@ def test_universal_babi_recipe_is_the_babi_recipe_but_for_the_model():
     assert config.universal and config.act and (config.steps(config.n_encoder_layers), config.steps(config.n_decoder_layers)) == (6, 2)
     assert (universal.data, universal.decode, universal.optim) == (plain.data, plain.decode, plain.optim)
     assert universal.train.max_minutes == plain.train.max_minutes
+
+
+def test_copy_translation_recipe_is_the_multi30k_recipe_but_for_copy_attention():
+    import dataclasses
+
+    copy, plain = (load_config(RECIPES / f"multi30k-de-en{n}.toml") for n in ("-copy", ""))
+    with_copy, without = copy.model.build(8000, 8000), plain.model.build(8000, 8000)
+    assert with_copy.copy_attention and not without.copy_attention
+    assert dataclasses.replace(with_copy, copy_attention=False) == without
+    assert (copy.data, copy.decode, copy.optim) == (plain.data, plain.decode, plain.optim)
+    assert dataclasses.replace(copy.train, run_dir=plain.train.run_dir) == plain.train
