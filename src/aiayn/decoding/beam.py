@@ -28,12 +28,18 @@ State (B' = sentences still searching, K = beam size, W = history width):
     start:   (B',) long      where each sentence's tokens begin in history: 0 here; sentences that
                              join a running search later (`continuous`) start further right
     limits:  (B',) long      max tokens, EOS included (`common.max_output_length`)
-    ids:     (B',) long      each active sentence's key in `finished`
+    ids:     (B',) long      each active sentence's key in `finished`, on the CPU (bookkeeping only)
     finished: B lists of `Hypothesis` (or a dict of them), indexed by ids
+
+Host syncs. Which hypotheses finish and which sentences stop is decided on the host, from one
+small summary of the step copied from the device (`_summary`); a second copy fetches the finished
+hypotheses' tokens at the steps where some finish. On CUDA every other op of a step is queued
+without waiting for the GPU (the search once waited about a dozen times a step).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -72,7 +78,7 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     """
     cfg = config or DecodeConfig()
     B = src.shape[0]
-    state, beams = start_beams(model, src, cfg, torch.arange(B, device=src.device), [[] for _ in range(B)])
+    state, beams = start_beams(model, src, cfg, torch.arange(B), [[] for _ in range(B)])
     bans = banned_tokens(src.device)[0]  # PAD, BOS; `advance` bans EOS before min_len
     for _ in range(int(beams.limits.max())):
         logits = model.step(beams.last, state)  # (N, V)
@@ -90,7 +96,7 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
 
 def start_beams(model: Decodable, src: Tensor, cfg: DecodeConfig, ids: Tensor, finished) -> tuple:
     """Encode src (B, S) and set up its search: (the model's state with K rows per sentence, the
-    beams, nothing decoded yet). `ids` (B,): the sentences' keys in `finished`."""
+    beams, nothing decoded yet). `ids` (B,) on the CPU: the sentences' keys in `finished`."""
     K = cfg.beam_size
     limits = output_limits(model, src, cfg.max_len_a, cfg.max_len_b)  # (B,)
     state = model.start(src, capacity=int(limits.max()))
@@ -129,51 +135,99 @@ def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Ten
     top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)
     is_eos = top_tok == EOS_ID
     last_step = state.limits <= t + 1  # (B',) this token is the last allowed
-    _finish(state, top_scores, top_beam, top_tok, is_eos, last_step, t, cfg)
 
     rank = torch.arange(2 * K, device=logp.device)
     pick = (rank + 2 * K * is_eos.long()).topk(K, dim=1, largest=False).indices  # (B', K) first K non-EOS
     scores = top_scores.gather(1, pick)  # (B', K)
     beam, tok = top_beam.gather(1, pick), top_tok.gather(1, pick)  # (B', K)
     history = torch.cat([state.history.gather(1, beam[:, :, None].expand(-1, -1, W)), tok[:, :, None]], 2)
-
     rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)  # (B', K) state rows to follow
-    keep = ~(last_step | _cannot_improve(state, scores, cfg))  # (B',)
-    if bool(keep.all()):
+
+    summary = _summary(state, top_scores, top_tok, is_eos, last_step, t, scores, cfg)  # the step's one sync
+    _finish(state, summary, top_beam, K)
+    keep = [not (s.last_step or _cannot_improve(state.finished[i], s, cfg.nbest))
+            for i, s in zip(state.ids.tolist(), summary)]
+    if all(keep):
         return _State(tok.reshape(-1), scores, history, state.start, state.limits, state.ids,
                       state.finished), rows.reshape(-1)
-    new = _State(tok[keep].reshape(-1), scores[keep], history[keep], state.start[keep], state.limits[keep],
-                 state.ids[keep], state.finished)
-    return new, rows[keep].reshape(-1)
+    kept = torch.tensor([b for b, k in enumerate(keep) if k], dtype=torch.long)  # (B'',) on the CPU
+    on = kept.to(logp.device, non_blocking=True)  # from pageable memory: staged at once, no wait for the GPU
+    new = _State(tok[on].reshape(-1), scores[on], history[on], state.start[on], state.limits[on],
+                 state.ids[kept], state.finished)
+    return new, rows[on].reshape(-1)
 
 
-def _finish(state: _State, top_scores, top_beam, top_tok, is_eos, last_step, t: Tensor, cfg: DecodeConfig) -> None:
-    """Record the finished hypotheses among the first K candidates of each sentence. t: (B',) tokens so far.
+class _Sentence:
+    """One sentence's step as the host reads it (`_summary`): a row of 3K + 5 numbers,
+    [eos (K) | tok (K) | score (K) | start, lp, lp_max, best_live, last_step], over the first K
+    candidates of the sentence. score: a candidate's cumulative log-probability (-inf: none);
+    start: where the sentence's tokens begin in history; lp: lp(t + 1), the length penalty of a
+    hypothesis that ends here; lp_max: lp at the sentence's length limit; best_live: its best live
+    beam's cumulative log-probability after this step; last_step: this token is the last allowed."""
 
-    The D finished candidates are gathered on the device and read back in one `tolist` per field, not
-    one element at a time: on CUDA each element read would wait for the GPU."""
+    __slots__ = ("row", "K")
+
+    def __init__(self, row: list[float], K: int):
+        self.row, self.K = row, K
+
+    def done(self) -> list[int]:
+        """The candidates that finish here: those ending in EOS, or all at the last step."""
+        K, row, last = self.K, self.row, self.last_step
+        return [j for j in range(K) if (last or row[j]) and math.isfinite(row[2 * K + j])]
+
+    def candidate(self, j: int) -> tuple[bool, int, float]:
+        """(ends in EOS, token, cumulative log-probability) of candidate j."""
+        K, row = self.K, self.row
+        return bool(row[j]), int(row[K + j]), row[2 * K + j]
+
+    @property
+    def start(self) -> int:
+        return int(self.row[3 * self.K])
+
+    @property
+    def lp(self) -> float:
+        return self.row[3 * self.K + 1]
+
+    @property
+    def bound(self) -> float:
+        """The best score its live beams can still reach: live scores are <= 0, so the longest length
+        gives the bound."""
+        return self.row[3 * self.K + 3] / self.row[3 * self.K + 2]
+
+    @property
+    def last_step(self) -> bool:
+        return bool(self.row[3 * self.K + 4])
+
+
+def _summary(state: _State, top_scores, top_tok, is_eos, last_step, t, scores, cfg: DecodeConfig) -> list[_Sentence]:
+    """One copy from the device: (B', 3K + 5) values as float64 (exact for float32 scores and token
+    ids) -> a `_Sentence` per sentence. The length penalties are computed where the scores are, so
+    a search decides alike on either device."""
     K = cfg.beam_size
-    done = (is_eos | last_step[:, None])[:, :K] & torch.isfinite(top_scores[:, :K])  # (B', K)
-    if not bool(done.any()):
+    lps = length_penalty(torch.stack([t + 1, state.limits], 1), cfg.length_penalty, cfg.length_penalty_form)
+    parts = (is_eos[:, :K].double(), top_tok[:, :K], top_scores[:, :K], state.start[:, None],
+             lps.to(top_scores.device), scores[:, :1], last_step[:, None])  # cat promotes all to float64
+    return [_Sentence(row, K) for row in torch.cat(parts, 1).tolist()]
+
+
+def _finish(state: _State, summary: list[_Sentence], top_beam: Tensor, K: int) -> None:
+    """Record the finished hypotheses among the first K candidates of each sentence: their tokens
+    come back in one copy, at the steps where any finish."""
+    done = [(b, j) for b, s in enumerate(summary) for j in s.done()]  # (D,) pairs
+    if not done:
         return
-    b, j = done.nonzero(as_tuple=True)  # (D,) each
-    lps = length_penalty(t[b] + 1, cfg.length_penalty, cfg.length_penalty_form)  # (D,)
-    fields = (state.history[b, top_beam[b, j]], state.start[b], is_eos[b, j], top_tok[b, j], top_scores[b, j],
-              lps, state.ids[b])  # (D, W) and (D,) each
-    for row, start, eos, tok, log_prob, lp, i in zip(*(f.tolist() for f in fields)):
-        tokens = row[start:] if eos else row[start:] + [tok]
-        state.finished[i].append(Hypothesis(tokens, log_prob / lp, log_prob))
+    b, j = (torch.tensor(x).to(top_beam.device, non_blocking=True) for x in zip(*done))  # (D,) each
+    tokens = state.history[b, top_beam[b, j]].tolist()  # (D, W)
+    ids = state.ids.tolist()
+    for (b, j), row in zip(done, tokens):
+        s = summary[b]
+        eos, tok, log_prob = s.candidate(j)
+        row = row[s.start:] if eos else row[s.start:] + [tok]
+        state.finished[ids[b]].append(Hypothesis(row, log_prob / s.lp, log_prob))
 
 
-def _cannot_improve(state: _State, live_scores: Tensor, cfg: DecodeConfig) -> Tensor:
-    """(B',) bool: the best live beam's score bound cannot beat the nbest-th finished score."""
-    if all(len(state.finished[i]) < cfg.nbest for i in state.ids.tolist()):
-        return torch.zeros(live_scores.shape[0], dtype=torch.bool, device=live_scores.device)
-    worst_kept = []
-    for i in state.ids.tolist():
-        scores = sorted((h.score for h in state.finished[i]), reverse=True)
-        worst_kept.append(scores[cfg.nbest - 1] if len(scores) >= cfg.nbest else float("inf"))
-    worst = torch.tensor(worst_kept, device=live_scores.device)  # (B',)
-    lp_max = length_penalty(state.limits, cfg.length_penalty, cfg.length_penalty_form).to(live_scores.device)
-    bound = live_scores[:, 0] / lp_max  # live scores are <= 0, so the longest length gives the bound
-    return (worst != float("inf")) & (bound <= worst)
+def _cannot_improve(finished: list[Hypothesis], s: _Sentence, nbest: int) -> bool:
+    """The sentence's best live beam cannot beat its nbest-th finished score."""
+    if len(finished) < nbest:
+        return False
+    return s.bound <= sorted((h.score for h in finished), reverse=True)[nbest - 1]

@@ -88,13 +88,14 @@ class ContinuousBeamSearch:
         if self.beams is None:
             return dropped
         b, K = self.beams, self.config.beam_size
-        keep = ~torch.isin(b.ids, torch.tensor(sorted(gone), dtype=b.ids.dtype, device=b.ids.device))  # (B',)
+        keep = ~torch.isin(b.ids, torch.tensor(sorted(gone), dtype=b.ids.dtype))  # (B',) on the CPU, as ids
         if bool(keep.all()):
             return dropped
+        on = keep.to(b.last.device)
         rows = torch.arange(b.last.numel(), device=b.last.device) if self.live is None else self.live  # (B'·K,)
-        self.beams = _State(b.last.view(-1, K)[keep].reshape(-1), b.scores[keep], b.history[keep], b.start[keep],
-                            b.limits[keep], b.ids[keep], b.finished)
-        self.live = rows.view(-1, K)[keep].reshape(-1)  # the cache rows of the beams kept
+        self.beams = _State(b.last.view(-1, K)[on].reshape(-1), b.scores[on], b.history[on], b.start[on],
+                            b.limits[on], b.ids[keep], b.finished)
+        self.live = rows.view(-1, K)[on].reshape(-1)  # the cache rows of the beams kept
         if self.beams.ids.numel() == 0:
             self.cache = self.beams = self.live = None
         return dropped + int((~keep).sum())
@@ -141,7 +142,7 @@ class ContinuousBeamSearch:
         for key in keys:
             self.finished[key] = []
         src = pad_sources(sources, PAD_ID, self.device)  # (B, S)
-        ids = torch.tensor(keys, dtype=torch.long, device=self.device)
+        ids = torch.tensor(keys, dtype=torch.long)  # on the CPU: bookkeeping (`beam._State`)
         state, new = start_beams(self.decoder, src, self.config, ids, self.finished)
         if self.beams is None:
             self.cache, self.beams = state, new

@@ -117,8 +117,11 @@ class KVCache:
         and only the rows that change: most beams extend themselves (about 4 rows in 5 in
         decode_speed's beam search), so the rows that change are gathered and written back
         (two copies of those rows); when more than half change, all rows are copied once
-        into a second buffer kept for the next call (no allocation per step).
+        into a second buffer kept for the next call (no allocation per step). On CUDA all rows
+        are copied every time: counting the moved rows would wait for the GPU.
         """
+        if indices.is_cuda:
+            return self._reorder_all_(indices)
         moved = (indices != torch.arange(indices.numel(), device=indices.device)).nonzero().squeeze(1)  # (C,)
         if moved.numel() == 0:
             return self
@@ -193,13 +196,16 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
     """
     rows = torch.arange(a.batch_size, device=a.src_mask.device) if rows is None else rows
     a_start = _starts(a)[rows]  # (Na,) in a's columns
-    first = int(a_start.min()) if rows.numel() else a.length  # a's columns before this are unused
+    if not rows.numel():
+        first = a.length  # a's columns before `first` are unused
+    else:  # every row at column 0 when start is None: no need to ask the device
+        first = 0 if a.start is None else int(a_start.min())
     La, Lb = a.length - first, (0 if b is None else b.length)
     length = max(La, Lb)
     parts = [(a, rows, first, length - La)] + ([] if b is None else [(b, None, 0, length - Lb)])
     capacity = length + headroom
     start = torch.cat([a_start - first + (length - La)] + ([] if b is None else [_starts(b) + (length - Lb)]))
-    if a.start is None and (b is None or b.start is None) and not bool(start.any()):
+    if a.start is None and (b is None or (b.start is None and not bool(start.any()))):
         start = None  # every row at column 0: the usual cache, no masks or per-row positions
     S = max(c.src_mask.shape[1] for c, *_ in parts)
     group, sources = _groups([(c, r) for c, r, *_ in parts])
