@@ -31,3 +31,14 @@ def _kept_bytes(mode: str) -> int:
 def test_a_freed_64_mb_tensor_stays_only_when_asked():
     assert _kept_bytes("default") < 16 * 2**20  # mmapped, then returned
     assert _kept_bytes("keep") > 48 * 2**20  # in the heap, ready for the next one
+
+
+def test_auto_device_keeps_int8_on_the_cpu():
+    """int8 weights run on the CPU alone (FBGEMM): 'auto' picks it for them, also on a GPU machine."""
+    import torch
+
+    from aiayn.runtime import inference_device, resolve_device
+
+    assert inference_device("auto", "int8") == torch.device("cpu")
+    assert inference_device("auto") == resolve_device("auto")  # cuda where there is one
+    assert inference_device("cpu", "int8") == torch.device("cpu")

@@ -25,6 +25,12 @@ def resolve_device(name: str, local_rank: int = 0):
     return torch.device(name)
 
 
+def inference_device(name: str, quantize: str | None = None):
+    """--device of the inference commands: as `resolve_device`, but 'auto' stays on the CPU for int8
+    weights, which only the CPU runs (FBGEMM): on a GPU machine `--quantize int8` alone still works."""
+    return resolve_device("cpu" if name == "auto" and quantize == "int8" else name)
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch

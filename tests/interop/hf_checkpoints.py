@@ -8,11 +8,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from pathlib import Path
 
 import torch
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+SHARED = Path(os.environ.get("AIAYN_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))  # as conftest's
 
 
 def lines(name: str, n: int, skip: int = 0) -> list[str]:

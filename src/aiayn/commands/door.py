@@ -18,7 +18,7 @@ STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
 def load(args, own_command: bool = False, **options):
     """The pipeline of `args.model` on `args.device`. With `own_command`, a model whose task another
     command answers for is a one-line error naming that command (before the model is loaded)."""
-    from aiayn.runtime import resolve_device
+    from aiayn.runtime import inference_device
     from aiayn.tasks import task_class, task_of
 
     task, command = task_of(args.model), args.command
@@ -28,7 +28,7 @@ def load(args, own_command: bool = False, **options):
         raise ValueError(f"{args.model}: a {task} model, which `aiayn {command}` does not run; {hint}")
     from aiayn.tasks import load_pipeline
 
-    return load_pipeline(args.model, device=resolve_device(args.device), **options)
+    return load_pipeline(args.model, device=inference_device(args.device, options.get("quantize")), **options)
 
 
 def read_lines(path: str) -> list[str]:

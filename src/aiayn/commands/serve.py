@@ -54,7 +54,7 @@ def run(args) -> int:
 
     if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn")):
         raise ImportError("aiayn serve needs the serve extra: pip install 'aiayn[serve]'")
-    from aiayn.runtime import resolve_device
+    from aiayn.runtime import inference_device
     from aiayn.serve.app import serve
 
     from aiayn.serve.keys import read_api_keys
@@ -64,5 +64,5 @@ def run(args) -> int:
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, api_keys=keys, keep_alive_s=args.keep_alive,
                          receive_timeout_s=args.receive_timeout)
     options = {k: v for k, v in (("precision", args.precision), ("quantize", args.quantize)) if v is not None}
-    serve(args.model, args.host, args.port, str(resolve_device(args.device)), batching, limits, args.backend, options)
+    serve(args.model, args.host, args.port, str(inference_device(args.device, args.quantize)), batching, limits, args.backend, options)
     return 0
