@@ -8,6 +8,7 @@ from aiayn.config import DecodeConfig, OptimConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.models import Transformer
 from aiayn.modules.attention import scaled_dot_product_attention
+from aiayn.runtime import count_cuda_syncs
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 V = 40
@@ -46,26 +47,12 @@ def test_greedy_and_beam_on_cuda_match_cpu():
     assert [h[0].tokens for h in beam_search(gpu, src.cuda(), cfg)] == cpu_beam
 
 
-def _syncs(fn) -> int:
-    """How many times fn waits for the GPU (torch's sync debug mode warns at each wait)."""
-    import warnings
-
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return sum("synchronizing" in str(w.message) for w in caught)
-
-
 def test_beam_search_waits_for_the_gpu_once_a_step():
     """Every sentence runs to its length limit (EOS is banned before it), so a longer limit adds only
     steps where nothing finishes: each such step copies one summary back (`beam._summary`), nothing
     else. (The search once waited four times a step, and more where hypotheses finished.)"""
     gpu, src = for_inference(tiny().cuda()), sources().cuda()
-    count = {n: _syncs(lambda n=n: beam_search(gpu, src, DecodeConfig(max_len_a=0.0, max_len_b=n, min_len=n)))
+    count = {n: count_cuda_syncs(lambda n=n: beam_search(gpu, src, DecodeConfig(max_len_a=0.0, max_len_b=n, min_len=n)))
              for n in (8, 16)}
     assert count[16] - count[8] == 8, count
 

@@ -31,6 +31,23 @@ def inference_device(name: str, quantize: str | None = None):
     return resolve_device("cpu" if name == "auto" and quantize == "int8" else name)
 
 
+def count_cuda_syncs(fn) -> int:
+    """How many times `fn()` makes the host wait for the GPU: torch's sync debug mode warns at each
+    wait (a prototype in torch: it may miss some kinds of wait, never counts one that is not)."""
+    import warnings
+
+    import torch
+
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch
