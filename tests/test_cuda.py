@@ -98,3 +98,13 @@ def test_mixed_precision_training_steps_lower_the_loss(tmp_path, precision):
     trainer.fit()
     last = trainer.accumulate(data[:1]).loss
     assert last < 0.7 * first
+
+
+def test_bf16_decoding_leaves_out_cudnn_attention_and_restores_the_switch():
+    """cuDNN's attention kernel plans every new shape, and each decoding step has one (FastDecoder._kernels)."""
+    fast = tiny().cuda().fast_decoder(precision="bf16")
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    with fast._kernels():
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
