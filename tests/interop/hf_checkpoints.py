@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-SHARED = Path(os.environ.get("AIAYN_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))  # as conftest's
+# ../shared/data, or $AIAYN_SHARED_DATA as in conftest.py
+SHARED = Path(os.environ.get("AIAYN_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def lines(name: str, n: int, skip: int = 0) -> list[str]:

@@ -64,5 +64,6 @@ def run(args) -> int:
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, api_keys=keys, keep_alive_s=args.keep_alive,
                          receive_timeout_s=args.receive_timeout)
     options = {k: v for k, v in (("precision", args.precision), ("quantize", args.quantize)) if v is not None}
-    serve(args.model, args.host, args.port, str(inference_device(args.device, args.quantize)), batching, limits, args.backend, options)
+    device = str(inference_device(args.device, args.quantize))
+    serve(args.model, args.host, args.port, device, batching, limits, args.backend, options)
     return 0
