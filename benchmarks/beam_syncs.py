@@ -27,9 +27,9 @@ def row(model, batch: int) -> dict:
                                                                                    min_len=n)))
               for n in (20, 40)}
     free = count_cuda_syncs(lambda: beam_search(model, src, DecodeConfig(max_len_a=0.0, max_len_b=40)))
-    return {"batch": batch, "syncs_20_steps": forced[20], "syncs_40_steps": forced[40],
-            "per_step": (forced[40] - forced[20]) / 20, "start": forced[20] - 20 * (forced[40] - forced[20]) / 20,
-            "eos_allowed": free}
+    per_step = (forced[40] - forced[20]) / 20
+    return {"batch": batch, "syncs_20_steps": forced[20], "syncs_40_steps": forced[40], "per_step": per_step,
+            "start": forced[20] - 20 * per_step, "eos_allowed": free}
 
 
 def main() -> None:

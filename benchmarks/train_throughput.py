@@ -60,7 +60,7 @@ from _common import (  # noqa: E402
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, ConfigError, OptimConfig, TransformerConfig  # noqa: E402
 from aiayn.models.transformer import Transformer  # noqa: E402
-from aiayn.runtime import prepare_device  # noqa: E402
+from aiayn.runtime import no_cudnn_attention  # noqa: E402
 from aiayn.training.config import load_config  # noqa: E402
 
 VOCAB = 8000
@@ -305,7 +305,6 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     for name in configs:
         model_config(name)  # unknown presets fail before any timing
-    prepare_device(args.device)  # as `aiayn train` does (no cuDNN attention: it plans every new shape)
     precisions, note = choose_precisions(args.precisions, args.device)
     peaks = {p: matmul_peak_gflops(args.peak_size, dtype=torch.bfloat16 if p == "bf16" else torch.float32,
                                    device=args.device) for p in ["fp32", *precisions]}
@@ -317,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         print(note)
     batches = [to_device(b, args.device) for b in make_batches(args.warmup_steps + args.steps, args.max_tokens, args.seed)]
     rows = []
-    for name in configs:
-        rows += run_config(name, precisions, batches, args.warmup_steps, peaks)
+    with no_cudnn_attention(args.device):  # as `aiayn train` does: cuDNN's kernel plans every new shape
+        for name in configs:
+            rows += run_config(name, precisions, batches, args.warmup_steps, peaks)
     print(format_table(rows, [
         ("config", "config", ""), ("precision", "ours", ""), ("ours_tok_s", "ours tok/s", ",.0f"),
         ("torch_tok_s", "torch fp32 tok/s", ",.0f"), ("ratio", "ratio", ".2f"),

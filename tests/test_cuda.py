@@ -100,11 +100,13 @@ def test_mixed_precision_training_steps_lower_the_loss(tmp_path, precision):
     assert last < 0.7 * first
 
 
-def test_bf16_decoding_leaves_out_cudnn_attention_and_restores_the_switch():
-    """cuDNN's attention kernel plans every new shape, and each decoding step has one (FastDecoder._kernels)."""
-    fast = tiny().cuda().fast_decoder(precision="bf16")
+def test_bf16_decoding_steps_without_cudnn_attention_and_restores_the_switch():
+    """cuDNN's attention kernel plans every new shape, and each decoding step has one
+    (`runtime.no_cudnn_attention`): the switch is off inside the fast decoder's bf16 start and steps only."""
+    fast, src = tiny().cuda().fast_decoder(precision="bf16"), sources().cuda()
+    seen, step = [], fast._step
+    fast._step = lambda *a: seen.append(torch.backends.cuda.cudnn_sdp_enabled()) or step(*a)
     before = torch.backends.cuda.cudnn_sdp_enabled()
-    with fast._kernels():
-        assert not torch.backends.cuda.cudnn_sdp_enabled()
-        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    beam_search(fast, src, DecodeConfig(beam_size=2, max_len_a=0.0, max_len_b=4, min_len=4))
+    assert seen == [False] * 4
     assert torch.backends.cuda.cudnn_sdp_enabled() == before

@@ -33,12 +33,34 @@ def test_a_freed_64_mb_tensor_stays_only_when_asked():
     assert _kept_bytes("keep") > 48 * 2**20  # in the heap, ready for the next one
 
 
-def test_auto_device_keeps_int8_on_the_cpu():
-    """int8 weights run on the CPU alone (FBGEMM): 'auto' picks it for them, also on a GPU machine."""
+def test_auto_device_keeps_int8_on_the_cpu(monkeypatch):
+    """int8 weights run on the CPU alone (FBGEMM): 'auto' picks it for them, also where a GPU is found."""
     import torch
 
-    from aiayn.runtime import inference_device, resolve_device
+    from aiayn.runtime import inference_device
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a GPU machine
     assert inference_device("auto", "int8") == torch.device("cpu")
-    assert inference_device("auto") == resolve_device("auto")  # cuda where there is one
+    assert inference_device("auto") == torch.device("cuda")
     assert inference_device("cpu", "int8") == torch.device("cpu")
+
+
+def test_no_cudnn_attention_switches_only_cuda_and_puts_the_switch_back():
+    """The switch is a process-wide flag (settable without a GPU): off inside for a CUDA device, as it
+    was after, also when the body raises; a CPU device leaves it alone."""
+    import torch
+
+    from aiayn.runtime import no_cudnn_attention
+
+    enabled = torch.backends.cuda.cudnn_sdp_enabled
+    for was in (True, False):
+        torch.backends.cuda.enable_cudnn_sdp(was)
+        with no_cudnn_attention(torch.device("cuda")):
+            assert not enabled()
+        assert enabled() == was
+        with pytest.raises(RuntimeError), no_cudnn_attention("cuda:0"):
+            raise RuntimeError("the run fails")
+        assert enabled() == was
+        with no_cudnn_attention("cpu"):
+            assert enabled() == was
+    torch.backends.cuda.enable_cudnn_sdp(True)

@@ -57,15 +57,26 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prepare_device(device) -> None:
-    """Process-wide settings for training on `device`. On CUDA, cuDNN's fused attention is switched
-    off: it builds an execution plan for every new (batch, length) shape, about 0.4 s each (measured
-    on an H100 in bf16), and token-bucketed batches bring a new shape almost every step; the flash
-    and memory-efficient kernels need no such plan."""
+@contextlib.contextmanager
+def no_cudnn_attention(device) -> Iterator[None]:
+    """On CUDA, scaled dot-product attention without cuDNN's fused kernel while inside; its switch is
+    put back as it was found (also on an exception). cuDNN builds an execution plan for every new
+    (batch, length) shape, about 0.4 s each on an H100 (its kernel takes half types only, so this is
+    a bf16/fp16 matter): token-bucketed training batches bring a new shape almost every step, and
+    decoding brings one every step, the keys growing by one (docs/results.md, under the H100: bf16
+    training 8-12x, bf16 decoding of Multi30k's test about 3x slower with it). The flash and
+    memory-efficient kernels need no plan. Elsewhere it changes nothing."""
     import torch
 
-    if torch.device(device).type == "cuda":
-        torch.backends.cuda.enable_cudnn_sdp(False)
+    if torch.device(device).type != "cuda":
+        yield
+        return
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
 
 
 def keep_freed_memory() -> bool:
@@ -88,16 +99,17 @@ def keep_freed_memory() -> bool:
 @contextlib.contextmanager
 def preserved_process_state() -> Iterator[None]:
     """Leave the process-wide settings that a run changes as they were found (also when it raises):
-    torch's intra-op thread count, cuDNN's fused attention switch (`prepare_device`), and the global
-    random states that `seed_everything` seeds: Python's `random`, NumPy's, torch's CPU generator,
-    and CUDA's generators. Where CUDA was not yet initialised, a seed queued for its first use
-    (`torch.manual_seed` queues one) is put back; if the run initialised CUDA, its generators are
-    reset as that first use would have set them: a nondeterministic seed, then the queued seeds.
-    Other accelerators' generators (MPS, XPU) are not restored."""
+    torch's intra-op thread count and the global random states that `seed_everything` seeds: Python's
+    `random`, NumPy's, torch's CPU generator, and CUDA's generators (cuDNN's attention switch is put
+    back by `no_cudnn_attention`, the context that turns it off). Where CUDA was not yet initialised,
+    a seed queued for its first use (`torch.manual_seed` queues one) is put back; if the run
+    initialised CUDA, its generators are reset as that first use would have set them: a
+    nondeterministic seed, then the queued seeds. Other accelerators' generators (MPS, XPU) are not
+    restored."""
     import numpy as np
     import torch
 
-    threads, cudnn_sdp = torch.get_num_threads(), torch.backends.cuda.cudnn_sdp_enabled()
+    threads = torch.get_num_threads()
     python, numpy, cpu = random.getstate(), np.random.get_state(), torch.get_rng_state()
     cuda_initialised = torch.cuda.is_initialized()
     cuda = torch.cuda.get_rng_state_all() if cuda_initialised else None
@@ -106,7 +118,6 @@ def preserved_process_state() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-        torch.backends.cuda.enable_cudnn_sdp(cudnn_sdp)
         random.setstate(python)
         np.random.set_state(numpy)
         torch.set_rng_state(cpu)

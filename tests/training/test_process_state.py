@@ -75,7 +75,7 @@ def seeded_by_the_caller():
 
 
 def test_a_run_leaves_threads_flags_and_random_states_as_it_found_them(tmp_path, device):
-    """On CUDA the run switches cuDNN attention off (`prepare_device`); CUDA is initialised first
+    """On CUDA the run switches cuDNN attention off (`runtime.no_cudnn_attention`); CUDA is initialised first
     here, so that its generators have a state to compare (the next test starts without)."""
     cfg = config(tmp_path, device)
     if device.type == "cuda":

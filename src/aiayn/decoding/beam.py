@@ -144,9 +144,9 @@ def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Ten
     rows = (torch.arange(Bn, device=logp.device)[:, None] * K + beam)  # (B', K) state rows to follow
 
     summary = _summary(state, top_scores, top_tok, is_eos, last_step, t, scores, cfg)  # the step's one sync
-    _finish(state, summary, top_beam, K)
-    keep = [not (s.last_step or _cannot_improve(state.finished[i], s, cfg.nbest))
-            for i, s in zip(state.ids.tolist(), summary)]
+    ids = state.ids.tolist()  # on the CPU: no wait
+    _finish(state, summary, ids, top_beam)
+    keep = [not (s.last_step or _cannot_improve(state.finished[i], s, cfg.nbest)) for i, s in zip(ids, summary)]
     if all(keep):
         return _State(tok.reshape(-1), scores, history, state.start, state.limits, state.ids,
                       state.finished), rows.reshape(-1)
@@ -210,15 +210,14 @@ def _summary(state: _State, top_scores, top_tok, is_eos, last_step, t, scores, c
     return [_Sentence(row, K) for row in torch.cat(parts, 1).tolist()]
 
 
-def _finish(state: _State, summary: list[_Sentence], top_beam: Tensor, K: int) -> None:
-    """Record the finished hypotheses among the first K candidates of each sentence: their tokens
-    come back in one copy, at the steps where any finish."""
+def _finish(state: _State, summary: list[_Sentence], ids: list[int], top_beam: Tensor) -> None:
+    """Record the finished hypotheses among the first K candidates of each sentence (`ids`: their keys in
+    `finished`): their tokens come back in one copy, at the steps where any finish."""
     done = [(b, j) for b, s in enumerate(summary) for j in s.done()]  # (D,) pairs
     if not done:
         return
     b, j = (torch.tensor(x).to(top_beam.device, non_blocking=True) for x in zip(*done))  # (D,) each
     tokens = state.history[b, top_beam[b, j]].tolist()  # (D, W)
-    ids = state.ids.tolist()
     for (b, j), row in zip(done, tokens):
         s = summary[b]
         eos, tok, log_prob = s.candidate(j)

@@ -38,14 +38,13 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
 from aiayn.modules.quantized import Int8Linear, quantize_linears_
+from aiayn.runtime import no_cudnn_attention
 
 PRECISIONS = ("fp32", "bf16", "int8")
-_NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]  # see `_kernels`
 
 
 Linear = Callable[[Tensor], Tensor]  # (N, in) -> (N, out)
@@ -181,6 +180,7 @@ class FastDecoder:
         cfg = model.config
         self.precision = precision
         self.model = model = _snapshot(model, precision)  # everything below reads the snapshot, never the live model
+        self._device = next(model.parameters()).device
         self.decoder = model.decoder
         self.n_heads, self.d_model = cfg.n_heads, cfg.d_model
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
@@ -197,19 +197,14 @@ class FastDecoder:
         if self.precision != "bf16":
             return contextlib.nullcontext()
         stack = contextlib.ExitStack()
-        stack.enter_context(torch.autocast(next(self.model.parameters()).device.type, dtype=torch.bfloat16))
+        stack.enter_context(torch.autocast(self._device.type, dtype=torch.bfloat16))
         stack.enter_context(self._kernels())
         return stack
 
     def _kernels(self):
-        """bf16 on CUDA: scaled dot-product attention without cuDNN's kernel, which builds an execution
-        plan for each new shape (about 0.4 s on an H100), and decoding brings a new one every step (the
-        keys grow by one) and batch: on an H100 the 1,000 sentences of Multi30k's test took 19.4 s in
-        bf16 with it, 5.8 s in fp32 (cuDNN's kernel takes half types only). A context, not a switch of
-        `torch.backends` for the whole process: the caller's settings stay as they were."""
-        if self.precision != "bf16" or next(self.model.parameters()).device.type != "cuda":
-            return contextlib.nullcontext()
-        return sdpa_kernel(_NOT_CUDNN)
+        """bf16 (on CUDA): attention without cuDNN's kernel, which plans every new shape, and every
+        decoding step brings one (`runtime.no_cudnn_attention`)."""
+        return no_cudnn_attention(self._device) if self.precision == "bf16" else contextlib.nullcontext()
 
     def start(self, src: Tensor, capacity: int = 64) -> KVCache:
         with self._autocast():

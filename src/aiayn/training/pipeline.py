@@ -19,7 +19,7 @@ import torch
 
 from aiayn.io import exclusive_lock
 from aiayn.models import build_model
-from aiayn.runtime import preserved_process_state, prepare_device, resolve_device, seed_everything
+from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
 from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config
@@ -65,18 +65,17 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
     Everything is validated before anything is written: the run directory is locked, a resume
     must keep the model's shape and find a checkpoint that loads, and config.toml is written
     once the run is set up. `progress` is the trainer's callback (the command draws a bar with it).
-    The thread count, backend flags and global random states it sets are the caller's again when it
-    returns or raises (`runtime.preserved_process_state`).
+    The thread count and global random states it sets are the caller's again when it returns or raises
+    (`runtime.preserved_process_state`), and so is cuDNN's attention switch (`runtime.no_cudnn_attention`).
     """
     run = cfg.train
     dist = dist or init_from_env(_device_type(run.device))
     try:
         device = resolve_device(run.device, dist.local_rank)
-        prepare_device(device)
         if run.num_threads:
             torch.set_num_threads(run.num_threads)
         run_dir = check_run_dir(cfg, resume)
-        with _run_lock(run_dir, dist):
+        with _run_lock(run_dir, dist), no_cudnn_attention(device):
             if resume:
                 check_resumable(run_dir, cfg)
             seed_everything(run.seed)
