@@ -34,7 +34,8 @@ State (B' = sentences still searching, K = beam size, W = history width):
 Host syncs. Which hypotheses finish and which sentences stop is decided on the host, from one
 small summary of the step copied from the device (`_summary`); a second copy fetches the finished
 hypotheses' tokens at the steps where some finish. On CUDA every other op of a step is queued
-without waiting for the GPU (the search once waited about a dozen times a step).
+without waiting for the GPU (the search once waited four times a step, and more where hypotheses
+finished: `benchmarks/beam_syncs.py`).
 """
 
 from __future__ import annotations
