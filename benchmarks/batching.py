@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -21,7 +20,7 @@ from aiayn.data import load_parallel, padding_efficiency, read_corpus, train_tok
 from aiayn.data.batching import random_batches
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 
-SHARED = Path(os.environ.get("AIAYN_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data"))
+from _common import SHARED_DATA as SHARED
 
 
 def main() -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "interop"))  # the checkpoint builders of the interop tests
+sys.path[:0] = [str(ROOT / "tests" / "interop"), str(ROOT / "tests")]  # the interop tests' checkpoint builders
 
 
 def parse_args(argv=None) -> argparse.Namespace:

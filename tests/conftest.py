@@ -4,12 +4,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from shared_data import SHARED_DATA
+
 # Each xdist worker gets its share of the cores: with `-n 2` on two cores and two threads per worker,
 # the demo's copy test took 416 s beside the browser test's training instead of 19 s alone.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
-
-SHARED_DATA = Path(os.environ.get("AIAYN_SHARED_DATA", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 
 
 @pytest.fixture

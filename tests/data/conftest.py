@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import os
 from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(os.environ.get("AIAYN_SHARED_DATA",
-                                  Path(__file__).resolve().parents[2] / ".." / "shared" / "data")).resolve()
+from shared_data import SHARED_DATA
+
 MULTI30K = SHARED_DATA / "multi30k"
 
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 from pathlib import Path
 
 import torch
 
-# ../shared/data, or $AIAYN_SHARED_DATA as in conftest.py
-SHARED = Path(os.environ.get("AIAYN_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+from shared_data import SHARED_DATA as SHARED
 
 
 def lines(name: str, n: int, skip: int = 0) -> list[str]:
