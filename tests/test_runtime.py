@@ -52,15 +52,17 @@ def test_no_cudnn_attention_switches_only_cuda_and_puts_the_switch_back():
 
     from aiayn.runtime import no_cudnn_attention
 
-    enabled = torch.backends.cuda.cudnn_sdp_enabled
-    for was in (True, False):
-        torch.backends.cuda.enable_cudnn_sdp(was)
-        with no_cudnn_attention(torch.device("cuda")):
-            assert not enabled()
-        assert enabled() == was
-        with pytest.raises(RuntimeError), no_cudnn_attention("cuda:0"):
-            raise RuntimeError("the run fails")
-        assert enabled() == was
-        with no_cudnn_attention("cpu"):
+    enabled, original = torch.backends.cuda.cudnn_sdp_enabled, torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        for was in (True, False):
+            torch.backends.cuda.enable_cudnn_sdp(was)
+            with no_cudnn_attention(torch.device("cuda")):
+                assert not enabled()
             assert enabled() == was
-    torch.backends.cuda.enable_cudnn_sdp(True)
+            with pytest.raises(RuntimeError), no_cudnn_attention("cuda:0"):
+                raise RuntimeError("the run fails")
+            assert enabled() == was
+            with no_cudnn_attention("cpu"):
+                assert enabled() == was
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(original)

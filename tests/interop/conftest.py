@@ -9,13 +9,14 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 import hf_checkpoints  # noqa: E402  (tests/interop is on the pytest pythonpath)
+from shared_data import SHARED_DATA  # noqa: E402
 
 from aiayn.interop import import_hf  # noqa: E402
 
 
 def _built(tmp_path_factory, name: str, build):
-    if not hf_checkpoints.SHARED.is_dir():
-        pytest.skip(f"shared data not found at {hf_checkpoints.SHARED}")
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
     root = tmp_path_factory.mktemp(name)
     hf = build(root / "hf")
     return hf, import_hf(hf, root / "aiayn")

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from shared_data import SHARED_DATA as SHARED
+from shared_data import SHARED_DATA
 
 
 def lines(name: str, n: int, skip: int = 0) -> list[str]:
     """`n` lines of a ../shared/data file after the first `skip`."""
-    with gzip.open(SHARED / name, "rt", encoding="utf-8") as f:
+    with gzip.open(SHARED_DATA / name, "rt", encoding="utf-8") as f:
         out = [line.rstrip("\n") for _, line in zip(range(skip + n), f)]
     return out[skip:]
 

@@ -192,14 +192,14 @@ class FastDecoder:
         self.output = _Output(out, model.logits_bias, precision)  # (N, D) -> (N, V)
 
     # -- the decoding interface: everything but `step` is the model's own ------------------
+    @contextlib.contextmanager
     def _autocast(self):
         """bf16: the model's own passes (the encoder, attention pictures) under bf16 autocast, with `_kernels`."""
         if self.precision != "bf16":
-            return contextlib.nullcontext()
-        stack = contextlib.ExitStack()
-        stack.enter_context(torch.autocast(self._device.type, dtype=torch.bfloat16))
-        stack.enter_context(self._kernels())
-        return stack
+            yield
+            return
+        with torch.autocast(self._device.type, dtype=torch.bfloat16), self._kernels():
+            yield
 
     def _kernels(self):
         """bf16 (on CUDA): attention without cuDNN's kernel, which plans every new shape, and every
