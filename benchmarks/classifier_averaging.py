@@ -2,7 +2,7 @@
 
 Issue 32 lists averaging among what may lift a recipe. For classifiers fine-tuned from one start
 (e.g. one MLM model under several settings) this measures each model, their ensemble (the mean of
-their class probabilities) and, where they share one config, the mean of their weights (a "model
+their class probabilities) and, where they are one model (configs alike but for dropout), the mean of their weights (a "model
 soup", Wortsman et al. 2022: one model at one model's cost; what `aiayn average` writes).
 
 A split is a labelled TSV of the corpus (`dev`), or `tune`: the tuning sentences carved from the
@@ -44,12 +44,13 @@ def accuracy(probs: torch.Tensor, labels: list[str], names: list[str]) -> float:
 
 def soup(models: list[Path]) -> Classifier | None:
     """The weight average of `models` as a Classifier (the first one's vocabulary and labels), or
-    None where their configs differ."""
-    configs = [json.loads((m / "config.json").read_text()) for m in models]
-    if any(c != configs[0] for c in configs):
+    None where they are different models (configs that differ beyond dropout; see average_checkpoints)."""
+    try:
+        averaged = average_checkpoints(models)
+    except ValueError:
         return None
     first = Classifier.from_pretrained(models[0])
-    return Classifier(average_checkpoints(models), first.tokenizer, first.labels, first.max_length)
+    return Classifier(averaged, first.tokenizer, first.labels, first.max_length)
 
 
 def main() -> None:
@@ -74,7 +75,7 @@ def main() -> None:
         probs["weight average"] = {s: averaged.probabilities(averaged.inputs(texts)) for s, (texts, _) in splits.items()}
     rows = [{"model": m, **{s: accuracy(p[s], splits[s][1], names) for s in splits}} for m, p in probs.items()]
     print(f"accuracy (%) of {len(args.models)} classifiers and their ensemble"
-          + (", and of their weight average" if averaged is not None else "; no weight average: their configs differ"))
+          + (", and of their weight average" if averaged is not None else "; no weight average: they are different models"))
     print(format_table(rows, [("model", "model", ""), *[(s, f"{s} ({len(splits[s][0])})", ".2f") for s in splits]]))
     if args.json:
         print(json.dumps({"benchmark": "classifier_averaging", "rows": rows}))

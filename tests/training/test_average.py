@@ -15,13 +15,17 @@ def _saved(tmp_path, seeds, **cfg):
     return paths
 
 
+def _assert_mean_of(avg, paths):
+    models = [Transformer.from_pretrained(p) for p in paths]
+    for name, p in avg.named_parameters():
+        manual = sum(dict(m.named_parameters())[name] for m in models) / len(models)
+        torch.testing.assert_close(p, manual, rtol=0, atol=1e-7, msg=name)
+
+
 def test_average_equals_manual_mean(tmp_path):
     paths = _saved(tmp_path, [1, 2, 3])
-    models = [Transformer.from_pretrained(p) for p in paths]
     avg = average_checkpoints(paths)
-    for name, p in avg.named_parameters():
-        manual = sum(dict(m.named_parameters())[name] for m in models) / 3
-        torch.testing.assert_close(p, manual, rtol=0, atol=1e-7, msg=name)
+    _assert_mean_of(avg, paths)
     # tied matrices stay tied
     assert avg.encoder.embed.weight is avg.decoder.embed.weight
 
@@ -40,3 +44,16 @@ def test_mismatched_configs_are_an_error(tmp_path):
         average_checkpoints(a + b)
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         average_state([tmp_path / "nothing"])
+
+
+def test_configs_differing_only_in_dropout_average(tmp_path):
+    """A dropout changes training, not the function the weights compute: such checkpoints average,
+    and the model keeps the first one's dropout. The error for a real difference names the field."""
+    a = _saved(tmp_path, [1], dropout=0.1)
+    b = _saved(tmp_path / "x", [2], dropout=0.3)
+    avg = average_checkpoints(a + b)
+    assert avg.config.dropout == 0.1
+    _assert_mean_of(avg, a + b)
+    c = _saved(tmp_path / "y", [3], dropout=0.3, d_ff=32)
+    with pytest.raises(ValueError, match=r"y/m3/config.json: .*d_ff 32"):
+        average_checkpoints(a + c)

@@ -7,12 +7,20 @@ checkpoints and model directories alike). Means are taken in float64 and cast ba
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
 from aiayn.models import CONFIG_FILE, WEIGHTS_FILE, PretrainedModel, load_model
+
+log = logging.getLogger(__name__)
+
+# Config fields that change how a model trains, not what its weights compute: checkpoints that
+# differ only here (fine-tuning runs with another dropout, say) average like one run's, the
+# "model soup" of Wortsman et al. (2022). The average keeps the first checkpoint's values.
+TRAINING_ONLY_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout", "ponder_cost"})
 
 
 def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
@@ -40,16 +48,32 @@ def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
 
 
 def average_checkpoints(paths: Sequence[str | Path]) -> PretrainedModel:
-    """A model of the checkpoints' type whose weights are the mean of theirs (configs must agree)."""
-    configs = [json.loads((Path(p) / CONFIG_FILE).read_text()) for p in paths if (Path(p) / CONFIG_FILE).is_file()]
-    if len(configs) != len(paths):
-        missing = [str(Path(p) / CONFIG_FILE) for p in paths if not (Path(p) / CONFIG_FILE).is_file()]
-        raise FileNotFoundError(f"{missing[0]}: not found")
-    if any(c != configs[0] for c in configs):
-        raise ValueError("cannot average checkpoints of different model configs")
+    """A model of the checkpoints' type whose weights are the mean of theirs.
+
+    Their configs must agree but for TRAINING_ONLY_FIELDS; the model takes the first one's."""
+    configs = [_read_config(Path(p)) for p in paths]
+    for path, config in zip(paths[1:], configs[1:]):
+        _check_same_model(configs[0], config, Path(paths[0]) / CONFIG_FILE, Path(path) / CONFIG_FILE)
     model = load_model(paths[0])
     params = model.state_dict()  # tied names share storage, so writing one writes both
     with torch.no_grad():
         for name, value in average_state(paths).items():
             params[name].copy_(value)
     return model
+
+
+def _read_config(path: Path) -> dict:
+    if not (path / CONFIG_FILE).is_file():
+        raise FileNotFoundError(f"{path / CONFIG_FILE}: not found")
+    return json.loads((path / CONFIG_FILE).read_text())
+
+
+def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Path) -> None:
+    """Raise if `other` describes a different model from `first`; log training-only differences."""
+    differ = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
+    shown = ", ".join(f"{k} {other.get(k)!r} (first: {first.get(k)!r})" for k in differ)
+    if any(k not in TRAINING_ONLY_FIELDS for k in differ):
+        raise ValueError(f"{other_file}: cannot average checkpoints of different model configs: "
+                         f"{shown}; the first is {first_file}")
+    if differ:
+        log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
