@@ -2,8 +2,9 @@
 
 Issue 32 lists averaging among what may lift a recipe. For classifiers fine-tuned from one start
 (e.g. one MLM model under several settings) this measures each model, their ensemble (the mean of
-their class probabilities) and, where they are one model (configs alike but for dropout), the mean of their weights (a "model
-soup", Wortsman et al. 2022: one model at one model's cost; what `aiayn average` writes).
+their class probabilities) and, where they are one model (configs alike but for dropout), the mean
+of their weights (a "model soup", Wortsman et al. 2022: one model at one model's cost; what
+`aiayn average` writes).
 
 A split is a labelled TSV of the corpus (`dev`), or `tune`: the tuning sentences carved from the
 training file as `data.carve_fraction` carves them (`aiayn.tasks.classify.carve`).
@@ -23,7 +24,7 @@ from _common import add_common_arguments, format_table, set_threads
 
 from aiayn.data.records import record_file
 from aiayn.tasks.classify import Classifier, carve, read_labelled
-from aiayn.training.average import average_checkpoints
+from aiayn.training.average import DifferentModels, average_checkpoints
 
 
 def labelled(corpus: str, split: str, train_split: str, fraction: float) -> tuple[list[str], list[str]]:
@@ -44,10 +45,10 @@ def accuracy(probs: torch.Tensor, labels: list[str], names: list[str]) -> float:
 
 def soup(models: list[Path]) -> Classifier | None:
     """The weight average of `models` as a Classifier (the first one's vocabulary and labels), or
-    None where they are different models (configs that differ beyond dropout; see average_checkpoints)."""
+    None where they are different models (configs that differ beyond dropout)."""
     try:
         averaged = average_checkpoints(models)
-    except ValueError:
+    except DifferentModels:
         return None
     first = Classifier.from_pretrained(models[0])
     return Classifier(averaged, first.tokenizer, first.labels, first.max_length)

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from aiayn.models.transformer import Transformer
-from aiayn.training.average import average_checkpoints, average_state
+from aiayn.training.average import DifferentModels, average_checkpoints, average_state
 
 from training_helpers import tiny_config
 
@@ -55,5 +55,5 @@ def test_configs_differing_only_in_dropout_average(tmp_path):
     assert avg.config.dropout == 0.1
     _assert_mean_of(avg, a + b)
     c = _saved(tmp_path / "y", [3], dropout=0.3, d_ff=32)
-    with pytest.raises(ValueError, match=r"y/m3/config.json: .*d_ff 32"):
+    with pytest.raises(DifferentModels, match=r"y/m3/config.json: .*d_ff 32"):
         average_checkpoints(a + c)

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 TRAINING_ONLY_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout", "ponder_cost"})
 
 
+class DifferentModels(ValueError):
+    """Checkpoints whose configs describe different models: their weights have no meaningful mean."""
+
+
 def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the tensors stored in each `path/model.safetensors`."""
     from safetensors.torch import load_file
@@ -73,7 +77,7 @@ def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Pa
     differ = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
     shown = ", ".join(f"{k} {other.get(k)!r} (first: {first.get(k)!r})" for k in differ)
     if any(k not in TRAINING_ONLY_FIELDS for k in differ):
-        raise ValueError(f"{other_file}: cannot average checkpoints of different model configs: "
+        raise DifferentModels(f"{other_file}: cannot average checkpoints of different model configs: "
                          f"{shown}; the first is {first_file}")
     if differ:
         log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
