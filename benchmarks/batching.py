@@ -20,7 +20,7 @@ from aiayn.data import load_parallel, padding_efficiency, read_corpus, train_tok
 from aiayn.data.batching import random_batches
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 
-from _common import SHARED_DATA as SHARED
+from _common import SHARED_DATA
 
 
 def main() -> int:
@@ -28,7 +28,7 @@ def main() -> int:
     p.add_argument("--json", action="store_true", help="last stdout line is one JSON object")
     p.add_argument("--max-tokens", type=int, default=4096, help="batch budget, source + target tokens")
     p.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
-    p.add_argument("--data-dir", type=Path, default=SHARED / "multi30k")
+    p.add_argument("--data-dir", type=Path, default=SHARED_DATA / "multi30k")
     p.add_argument("--langs", nargs=2, default=["en", "de"])
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()

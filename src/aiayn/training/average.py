@@ -6,20 +6,21 @@ checkpoints and model directories alike). Means are taken in float64 and cast ba
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
-from aiayn.models import CONFIG_FILE, WEIGHTS_FILE, PretrainedModel, load_model
+from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, load_model, read_config
 
 log = logging.getLogger(__name__)
 
 # Config fields that change how a model trains, not what its weights compute: checkpoints that
 # differ only here (fine-tuning runs with another dropout, say) average like one run's, the
-# "model soup" of Wortsman et al. (2022). The average keeps the first checkpoint's values.
+# "model soup" of Wortsman et al. (2022). The average keeps the first checkpoint's values. A field
+# missing here makes averaging stricter, never wrong.
 TRAINING_ONLY_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout", "ponder_cost"})
 
 
@@ -55,7 +56,7 @@ def average_checkpoints(paths: Sequence[str | Path]) -> PretrainedModel:
     """A model of the checkpoints' type whose weights are the mean of theirs.
 
     Their configs must agree but for TRAINING_ONLY_FIELDS; the model takes the first one's."""
-    configs = [_read_config(Path(p)) for p in paths]
+    configs = [_fields(p) for p in paths]
     for path, config in zip(paths[1:], configs[1:]):
         _check_same_model(configs[0], config, Path(paths[0]) / CONFIG_FILE, Path(path) / CONFIG_FILE)
     model = load_model(paths[0])
@@ -66,10 +67,10 @@ def average_checkpoints(paths: Sequence[str | Path]) -> PretrainedModel:
     return model
 
 
-def _read_config(path: Path) -> dict:
-    if not (path / CONFIG_FILE).is_file():
-        raise FileNotFoundError(f"{path / CONFIG_FILE}: not found")
-    return json.loads((path / CONFIG_FILE).read_text())
+def _fields(path: str | Path) -> dict:
+    """The model type and every config field of a checkpoint, defaults filled in (errors name the file)."""
+    model_type, config = read_config(path)
+    return {MODEL_TYPE_KEY: model_type, **dataclasses.asdict(config)}
 
 
 def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Path) -> None:
@@ -78,6 +79,6 @@ def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Pa
     shown = ", ".join(f"{k} {other.get(k)!r} (first: {first.get(k)!r})" for k in differ)
     if any(k not in TRAINING_ONLY_FIELDS for k in differ):
         raise DifferentModels(f"{other_file}: cannot average checkpoints of different model configs: "
-                         f"{shown}; the first is {first_file}")
+                              f"{shown}; the first is {first_file}")
     if differ:
         log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
