@@ -66,3 +66,30 @@ def test_no_cudnn_attention_switches_only_cuda_and_puts_the_switch_back():
                 assert enabled() == was
     finally:
         torch.backends.cuda.enable_cudnn_sdp(original)
+
+
+def test_count_cuda_syncs_counts_the_warned_waits_and_puts_the_mode_back(monkeypatch):
+    """torch's sync debug mode is process-wide: the count switches it to 'warn' for `fn` alone and
+    leaves the mode it found (here 'error', as a caller's own check would set), also when `fn` raises.
+    The mode is kept by a stand-in, since a CPU build of torch has none."""
+    import warnings
+
+    import torch
+
+    from aiayn.runtime import count_cuda_syncs
+
+    mode = {"now": "error"}
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: mode["now"])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda m: mode.update(now=m))
+
+    def two_waits():
+        assert mode["now"] == "warn"
+        for _ in range(2):
+            warnings.warn("called a synchronizing CUDA operation")
+        warnings.warn("an unrelated warning")
+
+    assert count_cuda_syncs(two_waits) == 2
+    assert mode["now"] == "error"
+    with pytest.raises(ZeroDivisionError):
+        count_cuda_syncs(lambda: 1 / 0)
+    assert mode["now"] == "error"

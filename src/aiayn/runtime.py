@@ -38,13 +38,14 @@ def count_cuda_syncs(fn) -> int:
 
     import torch
 
+    found = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("warn")
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             fn()
     finally:
-        torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.set_sync_debug_mode(found)
     return sum("synchroniz" in str(w.message) for w in caught)
 
 
