@@ -42,9 +42,8 @@ def error_line(capsys, argv: list) -> str:
 ])
 def test_a_command_on_another_tasks_directory_names_the_command_that_fits(dirs, capsys, tmp_path, command, task, fits):
     (tmp_path / "in.txt").write_text("a b\n")
-    model = [dirs[task]] if command == "translate" else ["--model", dirs[task]]
     extra = ["--prompt", "a"] if command == "generate" else ["-i", tmp_path / "in.txt"]
-    line = error_line(capsys, [command, *model, *extra])
+    line = error_line(capsys, [command, dirs[task], *extra])
     assert line.endswith(f"a {task} model, which `aiayn {command}` does not run; use `aiayn {fits}`"), line
 
 
@@ -55,10 +54,43 @@ def test_a_path_that_is_no_model_directory_is_called_that(capsys, tmp_path, comm
     (tmp_path / "empty").mkdir()
     for path, says in ((tmp_path / "missing", "model directory not found"),
                        (tmp_path / "empty", "not a model directory (no config.json)")):
-        model = [path] if command == "translate" else ["--model", path]
         extra = ["--prompt", "a"] if command == "generate" else ["-i", tmp_path / "in.txt"]
-        line = error_line(capsys, [command, *model, *extra])
+        line = error_line(capsys, [command, "--model", path, *extra])
         assert says in line and "translation model" not in line, line
+
+
+# -- every door takes the model directory as MODEL or as --model MODEL -----------------------
+DOORS = {"translate": "translation", "summarize": "summarization", "answer": "qa", "generate": "lm",
+         "classify": "classify"}
+
+
+def door_input(command: str, tmp_path) -> list:
+    if command == "generate":
+        return ["--prompt", "a", "--method", "greedy", "--max-new-tokens", "3"]
+    line = json.dumps({"context": "a b", "question": "c"}) if command == "answer" else "a b c"
+    (tmp_path / "in.txt").write_text(line + "\n")
+    return ["-i", tmp_path / "in.txt"]
+
+
+@pytest.mark.parametrize("command", sorted(DOORS))
+def test_every_door_takes_the_model_as_MODEL_or_as_the_model_flag(dirs, capsys, tmp_path, command):
+    extra = [str(a) for a in door_input(command, tmp_path)]
+    outputs = []
+    for model in ([dirs[DOORS[command]]], ["--model", dirs[DOORS[command]]]):
+        capsys.readouterr()
+        assert main([command, *map(str, model), *extra]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].strip()
+
+
+@pytest.mark.parametrize("command", sorted(DOORS))
+def test_a_door_refuses_no_model_or_two(dirs, capsys, tmp_path, command):
+    extra = door_input(command, tmp_path)
+    line = error_line(capsys, [command, *extra])
+    assert line == f"aiayn {command}: error: no model directory: aiayn {command} MODEL ... (or --model MODEL)", line
+    with pytest.raises(SystemExit) as stop:
+        main([str(a) for a in (command, dirs[DOORS[command]], "--model", dirs[DOORS[command]], *extra)])
+    assert stop.value.code == 2 and "given twice (MODEL and --model)" in capsys.readouterr().err
 
 
 # -- item 16: QA refuses an empty context or question in every door ---------------------------

@@ -9,13 +9,13 @@ JSON lines in: {"context": ..., "question": ...} per line; out: {"context", "que
 
 from __future__ import annotations
 
-from aiayn.commands import translate
+from aiayn.commands import door, translate
 
 HELP = "answer questions with a model directory trained by the qa task (--context/--question, or JSONL)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="model directory written by `aiayn train` (task qa)")
+    door.add_model_argument(p, "model directory written by `aiayn train` (task qa)")
     p.add_argument("--context", help="the text the question is about")
     p.add_argument("--question", help="the question (with --context)")
     p.add_argument("-i", "--input", help='JSON lines with "context" and "question" (default: stdin)')
@@ -24,8 +24,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from aiayn.commands import door
-
     one = args.context is not None or args.question is not None
     if one and (args.input is not None or args.context is None or args.question is None):
         raise ValueError("give --context and --question, or -i FILE (JSON lines), not both")

@@ -3,6 +3,7 @@ line -> `label<TAB>probability` per output line."""
 
 from __future__ import annotations
 
+from aiayn.commands import door
 from aiayn.runtime import DEVICES_HELP
 from aiayn.training.config import RunConfig
 
@@ -10,15 +11,13 @@ HELP = "classify texts (or images) with a model directory trained by a classify 
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="model directory written by `aiayn train` (task classify or image-classify)")
+    door.add_model_argument(p, "model directory written by `aiayn train` (task classify or image-classify)")
     p.add_argument("-i", "--input", help="one text per line (default: stdin)")
     p.add_argument("-o", "--output", help="label<TAB>probability per line (default: stdout)")
     p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
 
 
 def run(args) -> int:
-    from aiayn.commands import door
-
     if args.output is not None:
         door.check_writable(args.output)
     return door.run_lines(args, door.load(args, own_command=True), {})

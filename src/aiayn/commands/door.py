@@ -8,11 +8,28 @@ alike, so there is one output line per input line and no output line contains a 
 
 from __future__ import annotations
 
+import argparse
 import sys
 from itertools import islice
 from typing import Callable, Optional
 
 STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
+
+
+class _ModelDir(argparse.Action):
+    """Stores the model directory, refusing a second one (MODEL and --model both given)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error("the model directory is given twice (MODEL and --model): give it once")
+        setattr(namespace, self.dest, values)
+
+
+def add_model_argument(p: argparse.ArgumentParser, help: str) -> None:
+    """The model directory, as a bare MODEL or as --model MODEL: either form on every command that
+    answers with a model. Neither is an error when the model is loaded (`load`)."""
+    p.add_argument("model", nargs="?", default=argparse.SUPPRESS, action=_ModelDir, metavar="MODEL", help=help)
+    p.add_argument("--model", dest="model", action=_ModelDir, metavar="MODEL", help="the same as MODEL")
 
 
 def load(args, own_command: bool = False, **options):
@@ -21,6 +38,8 @@ def load(args, own_command: bool = False, **options):
     from aiayn.runtime import inference_device
     from aiayn.tasks import task_class, task_of
 
+    if args.model is None:
+        raise ValueError(f"no model directory: aiayn {args.command} MODEL ... (or --model MODEL)")
     task, command = task_of(args.model), args.command
     fits = task_class(task).pipeline.command
     if own_command and fits != command:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aiayn.commands import door
 from aiayn.config import SamplingConfig
 from aiayn.runtime import DEVICES_HELP
 from aiayn.training.config import RunConfig
@@ -12,7 +13,7 @@ _S = SamplingConfig()
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="model directory written by `aiayn train` (task lm)")
+    door.add_model_argument(p, "model directory written by `aiayn train` (task lm)")
     p.add_argument("--prompt", default="\n", help="text to continue (default: a new line)")
     p.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default: 200)")
     p.add_argument("--method", choices=["sample", "greedy"], default="sample", help="(default: sample)")
@@ -24,8 +25,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from aiayn.commands import door
-
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     pipeline = door.load(args, own_command=True)

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from aiayn.commands import translate
+from aiayn.commands import door, translate
 
 HELP = "summarize texts with a model directory trained by the summarization task (one text per line)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--model", required=True, help="model directory written by `aiayn train` (task summarization)")
+    door.add_model_argument(p, "model directory written by `aiayn train` (task summarization)")
     p.add_argument("-i", "--input", help="one text per line (default: stdin)")
     p.add_argument("-o", "--output", help="one summary per line (default: stdout)")
     translate.add_decode_arguments(p)
 
 
 def run(args) -> int:
-    from aiayn.commands import door
-
     if args.output is not None:
         door.check_writable(args.output)
     pipeline = door.load(args, own_command=True, **translate.pipeline_options(args))  # before reading stdin

@@ -5,6 +5,7 @@ through the model directory's pipeline (`aiayn.tasks.load_pipeline`; line handli
 from __future__ import annotations
 
 
+from aiayn.commands import door
 from aiayn.config import DECODE_METHODS, DecodeConfig, SamplingConfig
 from aiayn.runtime import DEVICES_HELP, PRECISION_CHOICES
 from aiayn.training.config import RunConfig
@@ -67,7 +68,7 @@ def translate_kwargs(args) -> dict:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", help="model directory (config.json, model.safetensors, tokenizer files)")
+    door.add_model_argument(p, "model directory written by `aiayn train` (task translation)")
     p.add_argument("-i", "--input", help="source file, one sentence per line (default: stdin)")
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.add_argument("--nbest", type=int,
@@ -83,8 +84,6 @@ def format_nbest(index: int, hyps) -> str:
 
 
 def run(args) -> int:
-    from aiayn.commands import door
-
     if args.output is not None:
         door.check_writable(args.output)
     pipeline = door.load(args, own_command=True, **pipeline_options(args))
