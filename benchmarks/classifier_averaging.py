@@ -43,14 +43,13 @@ def accuracy(probs: torch.Tensor, labels: list[str], names: list[str]) -> float:
     return 100.0 * float((probs.argmax(-1) == gold).float().mean())
 
 
-def soup(models: list[Path]) -> Classifier | None:
-    """The weight average of `models` as a Classifier (the first one's vocabulary and labels), or
-    None where they are different models (configs that differ beyond dropout)."""
+def soup(models: list[Path], first: Classifier) -> Classifier | None:
+    """The weight average of `models` as a Classifier with `first`'s (the first model's, loaded)
+    vocabulary and labels, or None where they are different models (configs that differ beyond dropout)."""
     try:
         averaged = average_checkpoints(models)
     except DifferentModels:
         return None
-    first = Classifier.from_pretrained(models[0])
     return Classifier(averaged, first.tokenizer, first.labels, first.max_length)
 
 
@@ -71,7 +70,7 @@ def main() -> None:
         raise SystemExit("the models' labels differ: they cannot be averaged")
     probs = {m: {s: c.probabilities(c.inputs(texts)) for s, (texts, _) in splits.items()} for m, c in classifiers.items()}
     probs["ensemble (mean probability)"] = {s: torch.stack([p[s] for p in probs.values()]).mean(0) for s in splits}
-    averaged = soup(args.models)
+    averaged = soup(args.models, classifiers[str(args.models[0])])
     if averaged is not None:
         probs["weight average"] = {s: averaged.probabilities(averaged.inputs(texts)) for s, (texts, _) in splits.items()}
     rows = [{"model": m, **{s: accuracy(p[s], splits[s][1], names) for s in splits}} for m, p in probs.items()]
