@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import json
 import sys
 import tempfile
 import time
@@ -32,15 +31,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "interop"), str(ROOT / "tests")]  # the interop tests' checkpoint builders
 
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
+
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
+    add_common_arguments(p)  # --threads, --json
     p.add_argument("--sentences", type=int, default=32)
     p.add_argument("--batch", type=int, default=32, help="sentences per call")
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--max-new-tokens", type=int, default=20)
-    p.add_argument("--threads", type=int, default=2)
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--heads", type=int, default=8)
@@ -51,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def sentences(n: int) -> list[str]:
-    with gzip.open(ROOT.parent / "shared" / "data" / "multi30k" / "val.de.gz", "rt", encoding="utf-8") as f:
+    with gzip.open(SHARED_DATA / "multi30k" / "val.de.gz", "rt", encoding="utf-8") as f:
         return [line.strip() for _, line in zip(range(n), f)]
 
 
@@ -126,7 +126,7 @@ def ct2_translate(hf_dir: Path, texts: list[str], args, tmp: Path) -> tuple[floa
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    args.threads = set_threads(args.threads)
     import hf_checkpoints
 
     from aiayn.interop import import_hf
@@ -153,11 +153,10 @@ def main(argv=None) -> int:
         r["ratio_vs_transformers"] = r["tok_s"] / base
     print(f"beam {args.beam}, {args.sentences} sentences in batches of {args.batch}, at most {args.max_new_tokens} "
           f"target tokens each, {args.threads} threads, fp32")
-    print(f"{'peer':<14}{'tokens':>8}{'seconds':>10}{'tok/s':>10}{'vs transformers':>17}")
-    for r in rows:
-        print(f"{r['peer']:<14}{r['tokens']:>8}{r['seconds']:>10.2f}{r['tok_s']:>10.1f}{r['ratio_vs_transformers']:>16.2f}x")
+    print(format_table(rows, [("peer", "peer", ""), ("tokens", "tokens", ""), ("seconds", "seconds", ".2f"),
+                              ("tok_s", "tok/s", ".1f"), ("ratio_vs_transformers", "vs transformers", ".2f")]))
     if args.json:
-        print(json.dumps({"config": {k: v for k, v in vars(args).items() if k != "json"}, "rows": rows}))
+        emit_json({"config": {k: v for k, v in vars(args).items() if k != "json"}, "rows": rows})
     return 0
 
 
