@@ -119,10 +119,8 @@ def carve(texts: Sequence[str], fraction: float) -> tuple[list[int], list[int]]:
     text) whose hash falls under `fraction`, each distinct text once; a text that is a word span
     of a carved one leaves training, so no phrase of a held-out sentence is trained on. A hash,
     not a random draw: the same split in every run and on every machine."""
-    distinct = set(texts)
-    spans = {text: word_spans(text) & distinct for text in distinct}  # the texts inside each text
-    inner = set().union(*spans.values()) if spans else set()
-    held = {text for text in distinct - inner if carved(f"carve:{text}", fraction)}
+    spans = inner_texts(texts)
+    held = {text for text in whole_texts(spans) if carved(f"carve:{text}", fraction)}
     gone = held.union(*(spans[text] for text in held))
     kept, seen = [], set()
     for i, text in enumerate(texts):
@@ -130,6 +128,17 @@ def carve(texts: Sequence[str], fraction: float) -> tuple[list[int], list[int]]:
             kept.append(i)
             seen.add(text)
     return [i for i, text in enumerate(texts) if text not in gone], kept
+
+
+def inner_texts(texts: Sequence[str]) -> dict[str, set[str]]:
+    """Each distinct text -> the texts of `texts` that are word spans of it (its labelled phrases, in SST)."""
+    distinct = set(texts)
+    return {text: word_spans(text) & distinct for text in distinct}
+
+
+def whole_texts(inner: Mapping[str, set[str]]) -> set[str]:
+    """The texts of `inner_texts` that are no word span of another: SST's whole sentences."""
+    return set(inner).difference(*inner.values())
 
 
 def word_spans(text: str) -> set[str]:
