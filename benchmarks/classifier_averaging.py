@@ -24,7 +24,7 @@ from _common import add_common_arguments, format_table, set_threads
 
 from aiayn.data.records import record_file
 from aiayn.tasks.classify import Classifier, carve, read_labelled
-from aiayn.training.average import DifferentModels, average_checkpoints
+from aiayn.training.average import DifferentModels, average_checkpoints, check_same_vocabulary
 
 
 def labelled(corpus: str, split: str, train_split: str, fraction: float) -> tuple[list[str], list[str]]:
@@ -45,8 +45,10 @@ def accuracy(probs: torch.Tensor, labels: list[str], names: list[str]) -> float:
 
 def soup(models: list[Path], first: Classifier) -> Classifier | None:
     """The weight average of `models` as a Classifier with `first`'s (the first model's, loaded)
-    vocabulary and labels, or None where they are different models (configs that differ beyond dropout)."""
+    vocabulary and labels, or None where they are different models (configs that differ beyond
+    dropout, or other vocabularies)."""
     try:
+        check_same_vocabulary(models, models[0])
         averaged = average_checkpoints(models)
     except DifferentModels:
         return None

@@ -2,9 +2,9 @@ import pytest
 import torch
 
 from aiayn.models.transformer import Transformer
-from aiayn.training.average import DifferentModels, average_checkpoints, average_state
+from aiayn.training.average import DifferentModels, average_checkpoints, average_state, check_same_vocabulary
 
-from training_helpers import tiny_config
+from training_helpers import VOCAB, tiny_config
 
 
 def _saved(tmp_path, seeds, **cfg):
@@ -57,3 +57,26 @@ def test_configs_differing_only_in_dropout_average(tmp_path):
     c = _saved(tmp_path / "y", [3], dropout=0.3, d_ff=32)
     with pytest.raises(DifferentModels, match=r"y/m3/config.json: .*d_ff 32"):
         average_checkpoints(a + c)
+
+
+def test_same_config_other_vocabulary_is_refused(tmp_path, capsys):
+    """Two models alike in config but trained on different vocabularies: each embedding row means
+    another token, so `aiayn average` refuses, names both tokenizer files and writes nothing; with the
+    same vocabulary (and a checkpoint carrying none, taken as the first one's) it averages."""
+    from aiayn.cli import main
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+
+    a, b, bare = _saved(tmp_path, [1, 2, 3])
+    vocab = [f"w{i}" for i in range(VOCAB - 4)]
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(vocab)), a)
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(vocab[::-1])), b)  # the same size, another order
+    assert main(["average", str(a), str(b), "-o", str(tmp_path / "avg")]) == 2
+    err = capsys.readouterr().err
+    assert f"{b}/tokenizer.json" in err and f"{a}/tokenizer.json" in err and "vocabular" in err
+    assert not (tmp_path / "avg").exists()
+    with pytest.raises(DifferentModels, match="another vocabulary"):
+        check_same_vocabulary([a, b], a)
+
+    save_tokenizers(TokenizerPair.shared(SymbolTokenizer(vocab)), b)
+    assert main(["average", str(a), str(b), str(bare), "-o", str(tmp_path / "avg")]) == 0
+    _assert_mean_of(Transformer.from_pretrained(tmp_path / "avg"), [a, b, bare])

@@ -22,7 +22,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
-    from aiayn.training.average import average_checkpoints
+    from aiayn.training.average import average_checkpoints, check_same_vocabulary, tokenizer_dir
     from aiayn.tasks import checkpoint_task_info, read_task_info, write_task_info
     from aiayn.training.checkpoint import list_checkpoints
 
@@ -35,11 +35,12 @@ def run(args) -> int:
             raise ValueError(f"{paths[0]} holds {len(found)} checkpoints, fewer than --last {args.last}")
         paths = found[-args.last:]
     info = read_task_info(args.task_from) if args.task_from else checkpoint_task_info(paths[0])
-    model = average_checkpoints(paths)
-    out = model.save_pretrained(args.output)
-    tok_dir = Path(args.tokenizer) if args.tokenizer else _find_tokenizer(paths[0])
+    tok_dir = Path(args.tokenizer) if args.tokenizer else tokenizer_dir(paths[0])
     if tok_dir is None:
         raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
+    check_same_vocabulary(paths, tok_dir)
+    model = average_checkpoints(paths)
+    out = model.save_pretrained(args.output)
     save_tokenizers(load_tokenizers(tok_dir), out)
     if info:
         write_task_info(out, info)
@@ -48,13 +49,3 @@ def run(args) -> int:
           f"{', task.json' if info else ''})")
     return 0
 
-
-def _find_tokenizer(ckpt):
-    """The checkpoint itself, else RUN_DIR/tokenizer or RUN_DIR/model (ckpt = RUN_DIR/checkpoints/ckpt_N)."""
-    from aiayn.data.tokenizer import TOKENIZER_DIR
-
-    run_dir = ckpt.resolve().parent.parent
-    for d in (ckpt, run_dir / TOKENIZER_DIR, run_dir / "model"):
-        if (d / "tokenizer.json").is_file():
-            return d
-    return None

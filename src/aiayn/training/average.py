@@ -25,7 +25,7 @@ TRAINING_ONLY_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dr
 
 
 class DifferentModels(ValueError):
-    """Checkpoints whose configs describe different models: their weights have no meaningful mean."""
+    """Checkpoints whose configs (or vocabularies) describe different models: their weights have no meaningful mean."""
 
 
 def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
@@ -82,3 +82,31 @@ def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Pa
                               f"{shown}; the first is {first_file}")
     if differ:
         log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
+
+
+def tokenizer_dir(ckpt: str | Path) -> Path | None:
+    """Where a checkpoint's vocabulary is: the directory itself, else RUN_DIR/tokenizer or
+    RUN_DIR/model (for ckpt = RUN_DIR/checkpoints/ckpt_N); None where there is none."""
+    from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR
+
+    ckpt = Path(ckpt)
+    run_dir = ckpt.resolve().parent.parent
+    return next((d for d in (ckpt, run_dir / TOKENIZER_DIR, run_dir / "model") if (d / MANIFEST).is_file()), None)
+
+
+def check_same_vocabulary(paths: Sequence[str | Path], vocabulary: str | Path) -> None:
+    """Raise DifferentModels if a checkpoint's own vocabulary (see `tokenizer_dir`) is not the one
+    in `vocabulary`: the same config with another vocabulary gives each embedding row another
+    meaning, so the mean is noise. Checkpoints with no vocabulary near them are taken as `vocabulary`'s."""
+    from aiayn.data.tokenizer import MANIFEST, load_tokenizers
+
+    def fingerprint(directory: Path) -> tuple[str, str]:
+        pair = load_tokenizers(directory)
+        return pair.src.fingerprint(), pair.tgt.fingerprint()
+
+    expected = fingerprint(Path(vocabulary))
+    for path in paths:
+        own = tokenizer_dir(path)
+        if own is not None and fingerprint(own) != expected:
+            raise DifferentModels(f"{own / MANIFEST}: another vocabulary than {Path(vocabulary) / MANIFEST}; "
+                                  f"the weights of models with different vocabularies have no meaningful mean")
