@@ -91,7 +91,7 @@ def test_classify_door_gives_berts_probabilities(bert_dirs):
 def test_mlm_masks_with_berts_mask_token_not_its_sep(bert_mlm_dirs):
     from transformers import AutoTokenizer
 
-    from aiayn.tasks.classify import mask_id_of
+    from aiayn.tasks.mlm import mask_id_of
 
     hf_dir, ours = bert_mlm_dirs
     theirs = AutoTokenizer.from_pretrained(hf_dir)

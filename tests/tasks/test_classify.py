@@ -1,15 +1,11 @@
-"""Classification and MLM pre-training with the encoder-only model: the reader, BERT's masking
-rates, init_from, and a learning check through `aiayn train` and `aiayn classify`."""
+"""Classification with the encoder-only model: the reader, the carve, init_from from an MLM model,
+and a learning check through `aiayn train` and `aiayn classify`."""
 
 import pytest
-import torch
 
 from aiayn.cli import main
-from aiayn.config import PAD_ID, UNK_ID
 from aiayn.data.corpus import CorpusError
-from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.tasks.classify import (Classifier, ClassifyTask, carve, mask_id_of, mask_tokens, read_labelled,
-                                 word_spans)
+from aiayn.tasks.classify import Classifier, ClassifyTask, carve, read_labelled, word_spans
 from aiayn.training.config import load_config
 
 
@@ -65,30 +61,6 @@ def test_a_carved_validation_split_comes_from_the_training_file_and_the_test_spl
     assert dev == ["a b", "c d"]
 
 
-def test_mask_id_is_the_mask_piece_and_a_vocabulary_without_one_is_refused():
-    texts = [f"the film {w} number {i} ." for i in range(200) for w in ("was good", "was bad")]
-    with_mask = SentencePieceTokenizer.train(texts, vocab_size=320, model_type="bpe", user_symbols=("[MASK]",))
-    assert with_mask.pieces([mask_id_of(with_mask)]) == ["[MASK]"]
-    without = SentencePieceTokenizer.train(texts, vocab_size=320, model_type="bpe")
-    with pytest.raises(ValueError, match=r"no \[MASK\] piece"):
-        mask_id_of(without)
-
-
-def test_masking_rates_over_many_draws():
-    tokens = torch.randint(10, 1000, (400, 250))
-    tokens[:, 200:] = PAD_ID
-    inputs, targets = mask_tokens(tokens, mask_id=5, vocab_size=1000, generator=torch.Generator().manual_seed(0))
-    chosen = targets != PAD_ID
-    real = tokens != PAD_ID
-    assert not chosen[~real].any()  # padding is never chosen
-    assert abs(chosen.sum().item() / real.sum().item() - 0.15) < 0.005
-    assert torch.equal(targets[chosen], tokens[chosen]) and torch.equal(inputs[~chosen], tokens[~chosen])
-    n = chosen.sum().item()
-    as_mask = (inputs[chosen] == 5).sum().item() / n
-    kept = (inputs[chosen] == tokens[chosen]).sum().item() / n  # kept, or a random draw of the same id (rare)
-    assert abs(as_mask - 0.8) < 0.01 and abs(kept - 0.1) < 0.01 and abs(1 - as_mask - kept - 0.1) < 0.01
-
-
 def write_data(directory, n=200):
     """A separable task: label 1 iff the text holds the word 'good'."""
     lines = {"train": [], "dev": []}
@@ -125,24 +97,3 @@ def test_a_classifier_learns_a_separable_task_from_an_mlm_start(tmp_path, capsys
     assert main(["classify", "--model", model, "-i", str(tmp_path / "in.txt")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in out] == ["1", "0", "1", "0"] and all(float(l.split("\t")[1]) > 0.5 for l in out)
-
-
-def test_mlm_extra_texts_join_the_training_split_but_not_the_vocabulary(tmp_path):
-    import gzip
-
-    from aiayn.tasks.classify import MLMTask
-    from aiayn.training.distributed import SINGLE
-
-    (tmp_path / "train.tsv").write_text("a b\t0\nb c\t1\n")
-    with gzip.open(tmp_path / "more.txt.gz", "wt") as f:
-        f.write("A C\n\nc a b a\nzz\n")
-    cfg = load_config(None, ['task="mlm"', 'model.type="encoder-only"', f'data.corpus="{tmp_path}"', 'data.valid_split=""',
-                             'data.vocab_type="symbols"', "train.max_updates=1", "data.max_input_tokens=3",
-                             f'data.extra_texts=["{tmp_path / "more.txt.gz"}"]', "data.lowercase_extra_texts=true"])
-    task = MLMTask(cfg)
-    task.prepare(tmp_path / "run", SINGLE)
-    ids, labels = task.splits["train"]
-    src = task.tokenizers.src
-    assert [src.decode(s) for s in ids] == ["a b", "b c", "a c", "c a b", src.decode(src.encode("zz"))]
-    assert src.encode("zz") == [UNK_ID] and UNK_ID not in src.encode("a b c")  # the training file's words only
-    assert labels[2:] == [-1, -1, -1] and task.drops.counts["extra_texts"]["truncated"] == 1

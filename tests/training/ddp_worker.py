@@ -58,7 +58,8 @@ def _classify_loss_worker(rank: int, world: int, port: int, out: str) -> None:
     """The classify and MLM task losses through DistributedDataParallel (both ranks on the same batch,
     two backward steps), and on the bare model."""
     from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
-    from aiayn.tasks.classify import ClassifyTask, MLMTask, TextBatch
+    from aiayn.tasks.classify import ClassifyTask, TextBatch
+    from aiayn.tasks.mlm import MLMTask
     from aiayn.training.config import load_config
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))

@@ -26,7 +26,7 @@ TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", importe
     "qa": "aiayn.tasks.qa:QATask",
     "lm": "aiayn.tasks.lm:LMTask",
     "classify": "aiayn.tasks.classify:ClassifyTask",
-    "mlm": "aiayn.tasks.classify:MLMTask",
+    "mlm": "aiayn.tasks.mlm:MLMTask",
     "image-classify": "aiayn.tasks.vision:ImageClassifyTask",
 })
 DEFAULT_TASK = "translation"  # a recipe without `task`, and a model directory without task.json
