@@ -23,6 +23,7 @@ import torch
 from _common import add_common_arguments, format_table, set_threads
 
 from aiayn.data.records import record_file
+from aiayn.data.tokenizer import load_tokenizers
 from aiayn.tasks.classify import Classifier, carve, read_labelled
 from aiayn.training.average import DifferentModels, average_checkpoints, check_same_vocabulary
 
@@ -48,7 +49,7 @@ def soup(models: list[Path], first: Classifier) -> Classifier | None:
     vocabulary and labels, or None where they are different models (configs that differ beyond
     dropout, or other vocabularies)."""
     try:
-        check_same_vocabulary(models, models[0])
+        check_same_vocabulary(models, load_tokenizers(models[0]), models[0])
         averaged = average_checkpoints(models)
     except DifferentModels:
         return None

@@ -126,10 +126,10 @@ def length_batches(data: list[Sentence], size: int, rng: random.Random) -> list[
     return batches
 
 
-def fine_tune(mlm_dir: Path, cfg, data: list[Sentence], evals: dict, names: list[str], seed: int,
-              args) -> dict:
+def fine_tune(mlm_dir: Path, cfg, data: list[Sentence], evals: dict, names: list[str], seed: int, *,
+              updates: int, batch_size: int, validate_every: int, phrase_weight: float) -> dict:
     """One run from `mlm_dir` (the trainer's `load_matching`, the recipe's optimiser and schedule):
-    `args.updates` updates, tune accuracy every `args.validate_every`, dev scored with the best."""
+    `updates` updates of `batch_size` sentences, tune accuracy every `validate_every`, dev scored with the best."""
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model_type, config = read_config(mlm_dir)
@@ -137,27 +137,28 @@ def fine_tune(mlm_dir: Path, cfg, data: list[Sentence], evals: dict, names: list
     load_matching(model, mlm_dir)
     optim = cfg.optim
     lr_at = lr_function(cfg.train.schedule, config.d_model, optim.warmup_steps, optim.lr_factor)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps,
+                                 weight_decay=optim.weight_decay)
     model.train()
     best, best_update, best_state, update = -1.0, 0, None, 0
-    while update < args.updates:
-        for batch in length_batches(data, args.batch, rng):
+    while update < updates:
+        for batch in length_batches(data, batch_size, rng):
             update += 1
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(update)
-            loss = batch_loss(model, batch, args.phrase_weight, optim.label_smoothing)
+            loss = batch_loss(model, batch, phrase_weight, optim.label_smoothing)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
             optimizer.step()
-            if update % args.validate_every == 0:
+            if update % validate_every == 0:
                 tune = accuracy(probabilities(model, evals["tune"][0]), evals["tune"][1], names)
                 if tune > best:
                     best, best_update, best_state = tune, update, copy.deepcopy(model.state_dict())
-            if update == args.updates:
+            if update == updates:
                 break
     model.load_state_dict(best_state)
-    return {"seed": seed, "phrase_weight": args.phrase_weight, "update": best_update, "tune": best,
+    return {"seed": seed, "phrase_weight": phrase_weight, "update": best_update, "tune": best,
             "dev": accuracy(probabilities(model, evals["dev"][0]), evals["dev"][1], names)}
 
 
@@ -176,7 +177,8 @@ def spans_main(args) -> None:
              "dev": ([word_starts(tokenizer, t)[0][:limit] for t in dev_texts], dev_labels)}
     print(f"{len(data):,} whole training sentences ({skipped} over {limit} tokens left out) with "
           f"{sum(len(s.spans) for s in data):,} labelled spans; tune {len(held)}, dev {len(dev_texts)}", file=sys.stderr)
-    rows = [fine_tune(args.mlm_dir, cfg, data, evals, names, seed, args) for seed in args.seeds]
+    rows = [fine_tune(args.mlm_dir, cfg, data, evals, names, seed, updates=args.updates, batch_size=args.batch,
+                      validate_every=args.validate_every, phrase_weight=args.phrase_weight) for seed in args.seeds]
     print(f"accuracy (%): {args.updates} updates from {args.mlm_dir}, the best on tune (every "
           f"{args.validate_every}), dev scored once")
     print(format_table(rows, [("seed", "seed", ""), ("phrase_weight", "phrase weight", ""),

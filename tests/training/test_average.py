@@ -64,7 +64,7 @@ def test_same_config_other_vocabulary_is_refused(tmp_path, capsys):
     another token, so `aiayn average` refuses, names both tokenizer files and writes nothing; with the
     same vocabulary (and a checkpoint carrying none, taken as the first one's) it averages."""
     from aiayn.cli import main
-    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 
     a, b, bare = _saved(tmp_path, [1, 2, 3])
     vocab = [f"w{i}" for i in range(VOCAB - 4)]
@@ -75,7 +75,7 @@ def test_same_config_other_vocabulary_is_refused(tmp_path, capsys):
     assert f"{b}/tokenizer.json" in err and f"{a}/tokenizer.json" in err and "vocabular" in err
     assert not (tmp_path / "avg").exists()
     with pytest.raises(DifferentModels, match="another vocabulary"):
-        check_same_vocabulary([a, b], a)
+        check_same_vocabulary([a, b], load_tokenizers(a), a)
 
     save_tokenizers(TokenizerPair.shared(SymbolTokenizer(vocab)), b)
     assert main(["average", str(a), str(b), str(bare), "-o", str(tmp_path / "avg")]) == 0

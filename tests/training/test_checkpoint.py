@@ -71,6 +71,21 @@ def test_list_and_prune(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best", "ckpt_00000003", "ckpt_00000010"]
 
 
+def test_found_beside_looks_in_the_checkpoint_then_its_run_in_order(tmp_path):
+    run = tmp_path / "run"
+    c = run / ckpt.CHECKPOINT_DIR / ckpt.checkpoint_name(7)
+    for d in (c, run / "a", run / "b"):
+        d.mkdir(parents=True)
+    assert ckpt.run_dir_of(c) == run.resolve()
+    assert ckpt.found_beside(c, "x.json", ["a", "b"]) is None
+    (run / "b" / "x.json").write_text("{}")
+    assert ckpt.found_beside(c, "x.json", ["a", "b"]) == run.resolve() / "b"
+    (run / "a" / "x.json").write_text("{}")
+    assert ckpt.found_beside(c, "x.json", ["a", "b"]) == run.resolve() / "a"
+    (c / "x.json").write_text("{}")
+    assert ckpt.found_beside(c, "x.json", ["a", "b"]) == c
+
+
 def test_load_errors_name_the_file(tmp_path):
     model, opt = _setup()
     with pytest.raises(FileNotFoundError, match="trainer_state.pt"):

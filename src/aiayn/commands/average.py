@@ -38,10 +38,11 @@ def run(args) -> int:
     tok_dir = Path(args.tokenizer) if args.tokenizer else tokenizer_dir(paths[0])
     if tok_dir is None:
         raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
-    check_same_vocabulary(paths, tok_dir)
+    vocabulary = load_tokenizers(tok_dir)
+    check_same_vocabulary(paths, vocabulary, tok_dir)
     model = average_checkpoints(paths)
     out = model.save_pretrained(args.output)
-    save_tokenizers(load_tokenizers(tok_dir), out)
+    save_tokenizers(vocabulary, out)
     if info:
         write_task_info(out, info)
     print(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")

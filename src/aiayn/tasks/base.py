@@ -139,11 +139,12 @@ def checkpoint_task_info(ckpt: str | Path) -> dict:
     from aiayn.tasks import DEFAULT_TASK
     from aiayn.training.config import CONFIG_NAME, load_config
 
-    ckpt = Path(ckpt)
-    run_dir = ckpt.resolve().parent.parent
-    for d in (ckpt, run_dir / "model"):
-        if (d / TASK_FILE).is_file():
-            return read_task_info(d)
+    from aiayn.training.checkpoint import found_beside, run_dir_of
+
+    found = found_beside(ckpt, TASK_FILE, ["model"])
+    if found is not None:
+        return read_task_info(found)
+    run_dir = run_dir_of(ckpt)
     config = run_dir / CONFIG_NAME
     task = load_config(config).task if config.is_file() else DEFAULT_TASK  # a damaged config.toml: an error naming it
     if task != DEFAULT_TASK:

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import torch
 
+from aiayn.data.tokenizer import TokenizerPair
 from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, load_model, read_config
 
 log = logging.getLogger(__name__)
@@ -84,29 +85,30 @@ def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Pa
         log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
 
 
+
 def tokenizer_dir(ckpt: str | Path) -> Path | None:
     """Where a checkpoint's vocabulary is: the directory itself, else RUN_DIR/tokenizer or
     RUN_DIR/model (for ckpt = RUN_DIR/checkpoints/ckpt_N); None where there is none."""
     from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR
+    from aiayn.training.checkpoint import found_beside
 
-    ckpt = Path(ckpt)
-    run_dir = ckpt.resolve().parent.parent
-    return next((d for d in (ckpt, run_dir / TOKENIZER_DIR, run_dir / "model") if (d / MANIFEST).is_file()), None)
+    return found_beside(ckpt, MANIFEST, [TOKENIZER_DIR, "model"])
 
 
-def check_same_vocabulary(paths: Sequence[str | Path], vocabulary: str | Path) -> None:
-    """Raise DifferentModels if a checkpoint's own vocabulary (see `tokenizer_dir`) is not the one
-    in `vocabulary`: the same config with another vocabulary gives each embedding row another
-    meaning, so the mean is noise. Checkpoints with no vocabulary near them are taken as `vocabulary`'s."""
+def check_same_vocabulary(paths: Sequence[str | Path], expected: TokenizerPair, source: str | Path) -> None:
+    """Raise DifferentModels if a checkpoint's own vocabulary (see `tokenizer_dir`) is not `expected`
+    (read from `source`): the same config with another vocabulary gives each embedding row another
+    meaning, so the mean is noise. Checkpoints with no vocabulary near them are taken as `expected`'s."""
     from aiayn.data.tokenizer import MANIFEST, load_tokenizers
 
-    def fingerprint(directory: Path) -> tuple[str, str]:
-        pair = load_tokenizers(directory)
+    def fingerprint(pair: TokenizerPair) -> tuple[str, str]:
         return pair.src.fingerprint(), pair.tgt.fingerprint()
 
-    expected = fingerprint(Path(vocabulary))
+    source, want = Path(source), fingerprint(expected)
     for path in paths:
         own = tokenizer_dir(path)
-        if own is not None and fingerprint(own) != expected:
-            raise DifferentModels(f"{own / MANIFEST}: another vocabulary than {Path(vocabulary) / MANIFEST}; "
+        if own is None or own.resolve() == source.resolve():
+            continue
+        if fingerprint(load_tokenizers(own)) != want:
+            raise DifferentModels(f"{own / MANIFEST}: another vocabulary than {source / MANIFEST}; "
                                   f"the weights of models with different vocabularies have no meaningful mean")

@@ -25,7 +25,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -73,6 +73,18 @@ def list_checkpoints(root: str | Path) -> list[Path]:
 def latest_checkpoint(root: str | Path) -> Optional[Path]:
     found = list_checkpoints(root)
     return found[-1] if found else None
+
+
+def run_dir_of(ckpt: str | Path) -> Path:
+    """RUN_DIR of a checkpoint RUN_DIR/checkpoints/ckpt_N (of a model directory: its parent's parent)."""
+    return Path(ckpt).resolve().parent.parent
+
+
+def found_beside(ckpt: str | Path, name: str, run_subdirs: Sequence[str]) -> Optional[Path]:
+    """The first directory holding the file `name`: the checkpoint (or model directory) `ckpt`
+    itself, else each of `run_subdirs` of its run (`run_dir_of`); None where none does."""
+    ckpt = Path(ckpt)
+    return next((d for d in (ckpt, *(run_dir_of(ckpt) / s for s in run_subdirs)) if (d / name).is_file()), None)
 
 
 # -- RNG state as plain lists/tensors (loadable with weights_only=True) ---------------------
