@@ -41,7 +41,7 @@ from aiayn.models import build_model, read_config
 from aiayn.tasks.classify import carve, inner_texts, read_labelled, whole_texts
 from aiayn.training.config import load_config
 from aiayn.training.pipeline import load_matching
-from aiayn.training.schedule import lr_function
+from aiayn.training.schedule import adam, lr_function
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "sst2-classify.toml"
@@ -137,8 +137,7 @@ def fine_tune(mlm_dir: Path, cfg, data: list[Sentence], evals: dict, names: list
     load_matching(model, mlm_dir)
     optim = cfg.optim
     lr_at = lr_function(cfg.train.schedule, config.d_model, optim.warmup_steps, optim.lr_factor)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps,
-                                 weight_decay=optim.weight_decay)
+    optimizer = adam(model.parameters(), optim, lr_at(1))
     model.train()
     best, best_update, best_state, update = -1.0, 0, None, 0
     while update < updates:

@@ -218,7 +218,7 @@ class OptimConfig:
     warmup_steps: int = 4000
     lr_factor: float = 1.0  # scales d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     clip_norm: float = 0.0  # 0 disables; the paper does not clip
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # decoupled, as AdamW (training.schedule.adam)
 
     def __post_init__(self) -> None:
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")

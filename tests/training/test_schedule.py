@@ -1,7 +1,7 @@
 import pytest
 
 from aiayn.config import OptimConfig
-from aiayn.training.schedule import SCHEDULES, get_schedule, noam_lr
+from aiayn.training.schedule import SCHEDULES, adam, get_schedule, noam_lr
 
 
 def test_noam_at_one_warmup_and_ten_warmup():
@@ -27,3 +27,34 @@ def test_registry():
     assert get_schedule("constant")(5000, 512, 100, 1e-3) == pytest.approx(1e-3)
     with pytest.raises(ValueError, match="unknown schedule 'cosine'"):
         get_schedule("cosine")
+
+
+def _one_param(value: float):
+    import torch
+
+    return torch.nn.Parameter(torch.full((3,), value))
+
+
+def test_adam_without_weight_decay_steps_as_torchs_adam_with_the_papers_betas():
+    import torch
+
+    ours, ref = _one_param(1.0), _one_param(1.0)
+    o = OptimConfig()
+    opt, ref_opt = adam([ours], o, lr=1e-2), torch.optim.Adam([ref], lr=1e-2, betas=(0.9, 0.98), eps=1e-9)
+    for step in range(1, 4):
+        for p, optimizer in ((ours, opt), (ref, ref_opt)):
+            p.grad = torch.tensor([1.0, -2.0, 0.5]) * step
+            optimizer.step()
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+
+
+def test_adam_weight_decay_is_decoupled_a_zero_gradient_shrinks_weights_by_lr_times_decay():
+    """AdamW's rule: with no gradient the moments stay 0, so only p <- p(1 - lr·wd) moves the weight;
+    L2 decay folded into the gradient would move it by about lr instead (Adam normalises the gradient)."""
+    import torch
+
+    p = _one_param(2.0)
+    opt = adam([p], OptimConfig(weight_decay=0.1), lr=0.01)
+    p.grad = torch.zeros(3)
+    opt.step()
+    torch.testing.assert_close(p.detach(), torch.full((3,), 2.0 * (1 - 0.01 * 0.1)))

@@ -1,4 +1,4 @@
-"""Learning-rate schedules. The paper's (§5.3) is the default.
+"""The optimiser and learning-rate schedules of §5.3. The paper's schedule is the default.
 
 Every schedule has the signature `fn(step, d_model, warmup_steps, factor) -> lr` and is
 evaluated once per optimizer update (not per micro-batch); steps count from 1.
@@ -8,8 +8,12 @@ evaluated once per optimizer update (not per micro-batch); steps count from 1.
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from typing import Callable, Mapping
+if TYPE_CHECKING:
+    import torch
+
+    from aiayn.config import OptimConfig
 
 Schedule = Callable[[int, int, int, float], float]
 
@@ -54,3 +58,14 @@ def lr_function(name: str, d_model: int, warmup_steps: int, factor: float) -> Ca
     """step -> lr of schedule `name` for a model of width `d_model` (what the trainer is given)."""
     schedule = get_schedule(name)
     return lambda step: schedule(step, d_model, warmup_steps, factor)
+
+
+def adam(params: Iterable[torch.nn.Parameter], optim: OptimConfig, lr: float,
+         fused: bool = False) -> torch.optim.Optimizer:
+    """Adam with the paper's betas and eps (§5.3) as `optim` sets them. Weight decay, where set, is
+    decoupled from the gradient (AdamW, Loshchilov & Hutter 2019: each update shrinks a weight by
+    lr · weight_decay), as BERT's fine-tuning has it; with the default 0 this is the paper's Adam."""
+    import torch  # here, so that reading a config does not load torch
+
+    return torch.optim.Adam(params, lr=lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
+                            decoupled_weight_decay=True, fused=fused or None)

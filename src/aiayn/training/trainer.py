@@ -38,6 +38,7 @@ from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
 from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects, wrap_ddp
 from aiayn.training.metrics import MetricsWriter
+from aiayn.training.schedule import adam
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,7 @@ class Trainer:
         self.precision = resolve_precision(self.run.precision, self.device)  # "auto" -> bf16 where native
         self.ckpt_root = self.run_dir / ckpt.CHECKPOINT_DIR
         self.ddp = wrap_ddp(model, self.device, getattr(task, "unused_parameters", False)) if dist.enabled else None
-        self.optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(1), betas=optim.betas, eps=optim.eps,
-                                          weight_decay=optim.weight_decay, fused=True)  # one kernel per step
+        self.optimizer = adam(model.parameters(), optim, lr_at(1), fused=True)  # one kernel per step
         self.scaler = self._make_scaler()
         self._warn_slow_bf16()
         self.state = ckpt.TrainState()
