@@ -37,13 +37,14 @@ def run_demo(out_dir: str | Path, overrides: Sequence[str] = (), n_test: int = N
     held-out examples greedily and score exact match."""
     from aiayn.data.synthetic import synthetic_pairs
     from aiayn.decoding.translator import Translator
+    from aiayn.training.checkpoint import MODEL_DIR
     from aiayn.training.pipeline import train
 
     start = time.perf_counter()
     cfg = demo_config(out_dir, overrides)
     _clear_previous_run(Path(out_dir))
     train(cfg, progress=progress)
-    model_dir = Path(out_dir) / "model"
+    model_dir = Path(out_dir) / MODEL_DIR
     d = cfg.data
     test = synthetic_pairs(d.task, n_test, seed=cfg.train.seed + TEST_SEED_OFFSET, n_symbols=d.n_symbols,
                            min_len=d.min_len, max_len=d.max_len)

@@ -137,18 +137,17 @@ def checkpoint_task_info(ckpt: str | Path) -> dict:
     run of the default task, which reads so; a run of another task is an error naming it, instead of a
     model that would answer as the wrong task."""
     from aiayn.tasks import DEFAULT_TASK
+    from aiayn.training.checkpoint import MODEL_DIR, found_beside, run_dir_of
     from aiayn.training.config import CONFIG_NAME, load_config
 
-    from aiayn.training.checkpoint import found_beside, run_dir_of
-
-    found = found_beside(ckpt, TASK_FILE, ["model"])
+    found = found_beside(ckpt, TASK_FILE, [MODEL_DIR])
     if found is not None:
         return read_task_info(found)
     run_dir = run_dir_of(ckpt)
     config = run_dir / CONFIG_NAME
     task = load_config(config).task if config.is_file() else DEFAULT_TASK  # a damaged config.toml: an error naming it
     if task != DEFAULT_TASK:
-        raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / 'model'} for this {task} run ({config}); "
+        raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / MODEL_DIR} for this {task} run ({config}); "
                                 f"pass a model directory of the same task (--task-from)")
     return {}
 

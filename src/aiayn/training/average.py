@@ -90,9 +90,9 @@ def tokenizer_dir(ckpt: str | Path) -> Path | None:
     """Where a checkpoint's vocabulary is: the directory itself, else RUN_DIR/tokenizer or
     RUN_DIR/model (for ckpt = RUN_DIR/checkpoints/ckpt_N); None where there is none."""
     from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR
-    from aiayn.training.checkpoint import found_beside
+    from aiayn.training.checkpoint import MODEL_DIR, found_beside
 
-    return found_beside(ckpt, MANIFEST, [TOKENIZER_DIR, "model"])
+    return found_beside(ckpt, MANIFEST, [TOKENIZER_DIR, MODEL_DIR])
 
 
 def check_same_vocabulary(paths: Sequence[str | Path], expected: TokenizerPair, source: str | Path) -> None:

@@ -35,6 +35,7 @@ from aiayn.io import atomic_write, replace_dir
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR, STATE_FILE, BEST = "checkpoints", "trainer_state.pt", "best"
+MODEL_DIR = "model"  # RUN_DIR/model: the final model directory a run writes
 _NAME = re.compile(r"^ckpt_(\d+)$")
 # Test hook: seconds to sleep inside a checkpoint write, after the weights are on disk.
 SLEEP_ENV = "AIAYN_CHECKPOINT_SLEEP"

@@ -201,5 +201,5 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> TrainCo
 def evaluate_test(cfg: TrainConfig, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
     """The task's test scores of run_dir/model (e.g. sacreBLEU with the `[decode]` settings)."""
     task = build_task(cfg)
-    model_dir = Path(cfg.train.run_dir) / "model"
+    model_dir = Path(cfg.train.run_dir) / ckpt.MODEL_DIR
     return task.test(model_dir, resolve_device(cfg.train.device), progress)

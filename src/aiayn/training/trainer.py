@@ -373,7 +373,7 @@ class Trainer:
         `average_last` checkpoints (§6.1), or with `train.final = "best"` the best validation checkpoint."""
         from aiayn.training.average import average_checkpoints
 
-        out = self.run_dir / "model"
+        out = self.run_dir / ckpt.MODEL_DIR
         chosen = self._final_checkpoints()
         model = average_checkpoints(chosen) if chosen else self.model
         if chosen:
