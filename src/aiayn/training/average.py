@@ -85,7 +85,6 @@ def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Pa
         log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
 
 
-
 def tokenizer_dir(ckpt: str | Path) -> Path | None:
     """Where a checkpoint's vocabulary is: the directory itself, else RUN_DIR/tokenizer or
     RUN_DIR/model (for ckpt = RUN_DIR/checkpoints/ckpt_N); None where there is none."""
