@@ -6,11 +6,16 @@ with `--set`-style overrides, so that a claim such as "a larger length penalty d
 can be checked by anyone with the run directory. Each row adds the mean output length in words.
 
 The run directory is never written: each setting writes its test.hyp and test_scores.json in a
-temporary directory whose `model` and `tokenizer` link to the run's.
+temporary directory whose `model` and `tokenizer` link to the run's. A setting of
+`train.average_last=N` makes that `model` the mean of the run's last N checkpoints instead (as
+`aiayn average RUN/checkpoints --last N` does), so the averaging window can be chosen on a split
+(`data.test_split="val"`) other than the one reported.
 
     python benchmarks/decode_settings.py runs/aeslc-summarization \\
         --try decode.length_penalty=1.0 --try decode.length_penalty=1.5 \\
         --try "decode.no_repeat_ngram_size=2 decode.beam_size=8" [--json]
+    python benchmarks/decode_settings.py runs/multi30k-de-en-copy --try 'data.test_split="val"' \
+        --try 'data.test_split="val" train.average_last=1' --try 'data.test_split="val" train.average_last=5'
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from pathlib import Path
 
 from _common import add_common_arguments, format_table, set_threads
 
+from aiayn.data.tokenizer import TOKENIZER_DIR
+from aiayn.training import checkpoint as ckpt
+from aiayn.training.average import write_average
 from aiayn.training.pipeline import evaluate_test, resume_config
 
 META = ("split", "signature", "detail", "n_sentences", "n_examples", "seconds", "beam_size", "length_penalty")
@@ -40,12 +48,27 @@ def scores(report: dict) -> dict:
     return flat
 
 
+def model_as(run_dir: Path, train, out: Path) -> None:
+    """`out`: a link to the run's model directory where `train` (the row's [train] settings) makes it
+    as the run did, else, for `final = "last"` with another `average_last` N, the mean of the run's
+    last N checkpoints (which it must have kept)."""
+    own = resume_config(run_dir).train
+    if (train.final, train.average_last) == (own.final, own.average_last):
+        out.symlink_to((run_dir / ckpt.MODEL_DIR).resolve())
+        return
+    found = ckpt.list_checkpoints(run_dir / ckpt.CHECKPOINT_DIR)
+    if train.final != "last" or len(found) < train.average_last:
+        raise SystemExit(f"{run_dir / ckpt.CHECKPOINT_DIR}: {len(found)} checkpoints kept; a row can set "
+                         f"train.average_last up to that many, with train.final = \"last\"")
+    write_average(found[-train.average_last:], out)
+
+
 def decode_row(run_dir: Path, setting: str) -> dict:
     """The test report of RUN_DIR/model with the overrides in `setting` (space-separated KEY=VALUE)."""
     with tempfile.TemporaryDirectory() as tmp:
-        for part in ("model", "tokenizer"):  # the run's weights and vocabulary, as they are
-            (Path(tmp) / part).symlink_to((run_dir / part).resolve())
         cfg = resume_config(run_dir, [*setting.split(), f'train.run_dir="{tmp}"', "train.progress=false"])
+        (Path(tmp) / TOKENIZER_DIR).symlink_to((run_dir / TOKENIZER_DIR).resolve())  # the run's vocabulary
+        model_as(run_dir, cfg.train, Path(tmp) / ckpt.MODEL_DIR)
         report = evaluate_test(cfg)
         if report is None:
             raise SystemExit(f"{run_dir}: its config has no data.test_split to report on")

@@ -152,9 +152,9 @@ def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
     assert row["sent_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
 
 
-def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_path):
-    """Its first row is the run's test_scores.json figure for figure; another setting decodes
-    differently; the run directory is left as it was."""
+def _tiny_translation_run(tmp_path: Path, train: str = "max_updates = 2\n") -> Path:
+    """A finished `aiayn train` run of the tiny preset on 60 symbol pairs, with a test split; `train`
+    is its [train] section (progress and BLEU validation off)."""
     from aiayn.cli import main
 
     data = tmp_path / "data"
@@ -166,9 +166,16 @@ def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_pa
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(f'[model]\npreset = "tiny"\n[data]\ncorpus = "{data}"\nsrc_lang = "x"\ntgt_lang = "y"\n'
                       'vocab_type = "symbols"\nmax_tokens = 200\ntest_split = "test"\n'
-                      "[train]\nmax_updates = 2\nbleu = false\nprogress = false\n")
+                      f"[train]\n{train}bleu = false\nprogress = false\n")
     run_dir = tmp_path / "run"
     assert main(["train", str(recipe), "--run-dir", str(run_dir)]) == 0
+    return run_dir
+
+
+def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_path):
+    """Its first row is the run's test_scores.json figure for figure; another setting decodes
+    differently; the run directory is left as it was."""
+    run_dir = _tiny_translation_run(tmp_path)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     out = _last_json_line("decode_settings.py", str(run_dir), "--try", "decode.max_len_a=0 decode.max_len_b=1",
                           "--threads", "1", "--json")
@@ -177,6 +184,35 @@ def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_pa
     assert own["bleu"] == report["bleu"] and own["n"] == report["n_sentences"] == 60
     assert short["words"] <= 1 < own["words"]  # one token at most: the setting reached the search
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_decode_settings_average_last_rows_score_as_aiayn_average_then_aiayn_evaluate(tmp_path):
+    """A row with another train.average_last decodes the mean of the run's last N checkpoints: its
+    figures are those of `aiayn average --last N` scored by `aiayn evaluate`; asking for more
+    checkpoints than the run kept is an error naming the directory."""
+    from aiayn.cli import main
+
+    run_dir = _tiny_translation_run(tmp_path, "max_updates = 40\nsave_every_updates = 10\nkeep_last = 4\n"
+                                              "average_last = 2\n")
+    data = tmp_path / "data"
+    out = _last_json_line("decode_settings.py", str(run_dir), "--try", "train.average_last=1",
+                          "--try", "train.average_last=4", "--threads", "1", "--json")
+    rows = {row["setting"]: row for row in out["rows"]}
+    for n in (1, 4):
+        avg = tmp_path / f"avg{n}"
+        assert main(["average", str(run_dir / "checkpoints"), "--last", str(n), "-o", str(avg)]) == 0
+        hyp = tmp_path / f"avg{n}.hyp"
+        ref = json.loads(subprocess.run(
+            [sys.executable, "-m", "aiayn", "evaluate", "--model", str(avg), "--src", str(data / "test.x"),
+             "--ref", str(data / "test.y"), "--save-hyp", str(hyp), "--json"],
+            capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        words = [len(h.split()) for h in hyp.read_text().splitlines()]
+        row = rows[f"train.average_last={n}"]
+        assert row["bleu"] == pytest.approx(ref["bleu"], abs=0.005) and row["words"] == sum(words) / len(words)
+    assert rows["train.average_last=1"]["words"] != rows["train.average_last=4"]["words"]  # different models
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "decode_settings.py"), str(run_dir), "--try",
+                             "train.average_last=5 train.keep_last=5", "--threads", "1"], capture_output=True, text=True)
+    assert result.returncode != 0 and "checkpoints: 4 checkpoints kept" in result.stderr
 
 
 def _labelled_corpus(tmp_path: Path) -> tuple[Path, list[str], list[str]]:

@@ -59,6 +59,26 @@ def test_round_trip_restores_weights_optimizer_rng_and_progress(tmp_path):
     torch.load(path / ckpt.STATE_FILE, weights_only=True)
 
 
+def test_a_resumed_optimizer_keeps_its_own_settings_and_takes_the_checkpoints_moments(tmp_path):
+    """A run saved with coupled Adam and no decay, resumed with `--set optim.weight_decay=0.1`: the
+    resumed optimizer decays (decoupled) as the config says, from the saved moments and step count."""
+    from aiayn.config import OptimConfig
+    from aiayn.training.schedule import adam
+
+    model, opt = _setup()
+    path = ckpt.save_checkpoint(tmp_path, ckpt.checkpoint_name(1), model, opt, ckpt.TrainState(step=1),
+                                [ckpt.capture_rng()])
+    other = _setup(seed=1)[0]
+    resumed = adam(other.parameters(), OptimConfig(betas=(0.8, 0.9), weight_decay=0.1), lr=1e-3)
+    ckpt.load_checkpoint(path, other, resumed)
+    (group,) = resumed.param_groups
+    assert (group["betas"], group["weight_decay"], group["decoupled_weight_decay"]) == ((0.8, 0.9), 0.1, True)
+    saved, loaded = opt.state_dict()["state"], resumed.state_dict()["state"]
+    assert saved.keys() == loaded.keys()
+    for i in saved:
+        assert torch.equal(saved[i]["exp_avg"], loaded[i]["exp_avg"]) and float(loaded[i]["step"]) == 1.0
+
+
 def test_list_and_prune(tmp_path):
     model, opt = _setup()
     for step in (1, 2, 3, 10):

@@ -48,13 +48,24 @@ def test_adam_without_weight_decay_steps_as_torchs_adam_with_the_papers_betas():
     torch.testing.assert_close(ours, ref, rtol=0, atol=0)
 
 
-def test_adam_weight_decay_is_decoupled_a_zero_gradient_shrinks_weights_by_lr_times_decay():
-    """AdamW's rule: with no gradient the moments stay 0, so only p <- p(1 - lr·wd) moves the weight;
-    L2 decay folded into the gradient would move it by about lr instead (Adam normalises the gradient)."""
+def test_adam_weight_decay_is_decoupled_as_torchs_adamw():
+    """Against torch.optim.AdamW over a few steps; and the rule by hand: with no gradient the moments
+    stay 0, so only p <- p(1 - lr·wd) moves the weight (L2 decay folded into the gradient would move
+    it by about lr instead, as Adam normalises the gradient)."""
     import torch
 
+    ours, ref = _one_param(1.0), _one_param(1.0)
+    o = OptimConfig(weight_decay=0.1)
+    opt = adam([ours], o, lr=1e-2)
+    ref_opt = torch.optim.AdamW([ref], lr=1e-2, betas=o.betas, eps=o.eps, weight_decay=0.1)
+    for step in range(1, 4):
+        for p, optimizer in ((ours, opt), (ref, ref_opt)):
+            p.grad = torch.tensor([1.0, -2.0, 0.5]) * step
+            optimizer.step()
+    torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+
     p = _one_param(2.0)
-    opt = adam([p], OptimConfig(weight_decay=0.1), lr=0.01)
+    opt = adam([p], o, lr=0.01)
     p.grad = torch.zeros(3)
     opt.step()
     torch.testing.assert_close(p.detach(), torch.full((3,), 2.0 * (1 - 0.01 * 0.1)))

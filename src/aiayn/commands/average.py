@@ -21,9 +21,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
-    from aiayn.training.average import average_checkpoints, check_same_vocabulary, tokenizer_dir
-    from aiayn.tasks import checkpoint_task_info, read_task_info, write_task_info
+    from aiayn.tasks import read_task_info
+    from aiayn.tasks.base import TASK_FILE
+    from aiayn.training.average import write_average
     from aiayn.training.checkpoint import list_checkpoints
 
     paths = [Path(p) for p in args.checkpoints]
@@ -34,19 +34,9 @@ def run(args) -> int:
         if len(found) < args.last:
             raise ValueError(f"{paths[0]} holds {len(found)} checkpoints, fewer than --last {args.last}")
         paths = found[-args.last:]
-    info = read_task_info(args.task_from) if args.task_from else checkpoint_task_info(paths[0])
-    tok_dir = Path(args.tokenizer) if args.tokenizer else tokenizer_dir(paths[0])
-    if tok_dir is None:
-        raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
-    vocabulary = load_tokenizers(tok_dir)
-    check_same_vocabulary(paths, vocabulary, tok_dir)
-    model = average_checkpoints(paths)
-    out = model.save_pretrained(args.output)
-    save_tokenizers(vocabulary, out)
-    if info:
-        write_task_info(out, info)
+    info = read_task_info(args.task_from) if args.task_from else None
+    out, tok_dir = write_average(paths, args.output, args.tokenizer, info)
     print(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")
     print(f"model: {out} (config.json, model.safetensors, tokenizer from {tok_dir}"
-          f"{', task.json' if info else ''})")
+          f"{', task.json' if (out / TASK_FILE).is_file() else ''})")
     return 0
-

@@ -13,8 +13,9 @@ from typing import Sequence
 
 import torch
 
-from aiayn.data.tokenizer import TokenizerPair
+from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, load_model, read_config
+from aiayn.training.checkpoint import MODEL_DIR, found_beside
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,6 @@ def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Pa
 def tokenizer_dir(ckpt: str | Path) -> Path | None:
     """Where a checkpoint's vocabulary is: the directory itself, else RUN_DIR/tokenizer or
     RUN_DIR/model (for ckpt = RUN_DIR/checkpoints/ckpt_N); None where there is none."""
-    from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR
-    from aiayn.training.checkpoint import MODEL_DIR, found_beside
-
     return found_beside(ckpt, MANIFEST, [TOKENIZER_DIR, MODEL_DIR])
 
 
@@ -98,8 +96,6 @@ def check_same_vocabulary(paths: Sequence[str | Path], expected: TokenizerPair, 
     """Raise DifferentModels if a checkpoint's own vocabulary (see `tokenizer_dir`) is not `expected`
     (read from `source`): the same config with another vocabulary gives each embedding row another
     meaning, so the mean is noise. Checkpoints with no vocabulary near them are taken as `expected`'s."""
-    from aiayn.data.tokenizer import MANIFEST, load_tokenizers
-
     def fingerprint(pair: TokenizerPair) -> tuple[str, str]:
         return pair.src.fingerprint(), pair.tgt.fingerprint()
 
@@ -111,3 +107,25 @@ def check_same_vocabulary(paths: Sequence[str | Path], expected: TokenizerPair, 
         if fingerprint(load_tokenizers(own)) != want:
             raise DifferentModels(f"{own / MANIFEST}: another vocabulary than {source / MANIFEST}; "
                                   f"the weights of models with different vocabularies have no meaningful mean")
+
+
+def write_average(paths: Sequence[Path], output: str | Path, tokenizer: str | Path | None = None,
+                  task_info: dict | None = None) -> tuple[Path, Path]:
+    """The mean of the checkpoints' weights as a self-contained model directory `output`, with the
+    vocabulary of `tokenizer` (default: the first checkpoint's, see `tokenizer_dir`), which each
+    checkpoint's own must match, and `task_info` as task.json (default: the first checkpoint's or its
+    run's, `checkpoint_task_info`). All is checked before anything is written. Returns (the model
+    directory, the directory the vocabulary came from)."""
+    from aiayn.tasks.base import checkpoint_task_info, write_task_info
+
+    info = checkpoint_task_info(paths[0]) if task_info is None else task_info
+    tok_dir = Path(tokenizer) if tokenizer else tokenizer_dir(paths[0])
+    if tok_dir is None:
+        raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
+    vocabulary = load_tokenizers(tok_dir)
+    check_same_vocabulary(paths, vocabulary, tok_dir)
+    out = average_checkpoints(paths).save_pretrained(output)
+    save_tokenizers(vocabulary, out)
+    if info:
+        write_task_info(out, info)
+    return out, tok_dir

@@ -150,7 +150,11 @@ def load_checkpoint(
     scaler: Optional[Any] = None, rank: int = 0, world_size: int = 1,
 ) -> TrainState:
     """Load weights into `model` (and optimizer/scaler state), restore this rank's RNG
-    state, and return the training progress. A damaged file is a ValueError naming it."""
+    state, and return the training progress. A damaged file is a ValueError naming it.
+
+    The optimizer takes the checkpoint's moments and step counts but keeps its own settings
+    (betas, eps, weight decay: the config's, which `--resume --set` may change), as fairseq's
+    optimizer overrides do; the learning rate is the schedule's at every update anyway."""
 
     path = Path(path)
     state_path, weights = path / STATE_FILE, path / "model.safetensors"
@@ -164,7 +168,10 @@ def load_checkpoint(
     device = next(model.parameters()).device
     model.load_weights(weights, device)
     if optimizer is not None:
+        settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
         optimizer.load_state_dict(payload["optimizer"])
+        for group, own in zip(optimizer.param_groups, settings):
+            group.update(own)
     if scaler is not None and payload.get("scaler") is not None:
         scaler.load_state_dict(payload["scaler"])
     rngs = payload["rng"]

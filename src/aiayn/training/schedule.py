@@ -61,11 +61,11 @@ def lr_function(name: str, d_model: int, warmup_steps: int, factor: float) -> Ca
 
 
 def adam(params: Iterable[torch.nn.Parameter], optim: OptimConfig, lr: float,
-         fused: bool = False) -> torch.optim.Optimizer:
+         fused: bool | None = None) -> torch.optim.Optimizer:
     """Adam with the paper's betas and eps (§5.3) as `optim` sets them. Weight decay, where set, is
     decoupled from the gradient (AdamW, Loshchilov & Hutter 2019: each update shrinks a weight by
     lr · weight_decay), as BERT's fine-tuning has it; with the default 0 this is the paper's Adam."""
     import torch  # here, so that reading a config does not load torch
 
     return torch.optim.Adam(params, lr=lr, betas=optim.betas, eps=optim.eps, weight_decay=optim.weight_decay,
-                            decoupled_weight_decay=True, fused=fused or None)
+                            decoupled_weight_decay=True, fused=fused)
