@@ -53,7 +53,8 @@ def test_universal_babi_recipe_is_the_babi_recipe_but_for_the_model():
 
 
 def test_copy_translation_recipe_is_the_multi30k_recipe_but_for_its_named_settings():
-    """Copy attention plus what issue 32 chose on val (4+4 layers, wider FFN, dropout, label smoothing, bf16 where native)."""
+    """Copy attention plus what issue 32 chose on val (4+4 layers, wider FFN, dropout, label smoothing, bf16 where
+    native, the length penalty in fairseq's form)."""
     import dataclasses
 
     copy, plain = (load_config(RECIPES / f"multi30k-de-en{n}.toml") for n in ("-copy", ""))
@@ -64,5 +65,6 @@ def test_copy_translation_recipe_is_the_multi30k_recipe_but_for_its_named_settin
     assert dataclasses.replace(with_copy, copy_attention=False, d_ff=without.d_ff, dropout=without.dropout,
                                n_encoder_layers=without.n_encoder_layers, n_decoder_layers=without.n_decoder_layers) == without
     assert dataclasses.replace(copy.optim, label_smoothing=plain.optim.label_smoothing) == plain.optim
-    assert (copy.data, copy.decode) == (plain.data, plain.decode)
+    assert (copy.decode.length_penalty_form, plain.decode.length_penalty_form) == ("plain", "gnmt")
+    assert (copy.data, dataclasses.replace(copy.decode, length_penalty_form="gnmt")) == (plain.data, plain.decode)
     assert dataclasses.replace(copy.train, run_dir=plain.train.run_dir, precision=plain.train.precision) == plain.train
