@@ -21,8 +21,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from aiayn.tasks import read_task_info
-    from aiayn.tasks.base import TASK_FILE
+    from aiayn.tasks import read_task_info, task_of
     from aiayn.training.average import write_average
     from aiayn.training.checkpoint import list_checkpoints
 
@@ -37,6 +36,5 @@ def run(args) -> int:
     info = read_task_info(args.task_from) if args.task_from else None
     out, tok_dir = write_average(paths, args.output, args.tokenizer, info)
     print(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")
-    print(f"model: {out} (config.json, model.safetensors, tokenizer from {tok_dir}"
-          f"{', task.json' if (out / TASK_FILE).is_file() else ''})")
+    print(f"model: {out} (config.json, model.safetensors, tokenizer from {tok_dir}; answers as a {task_of(out)} model)")
     return 0

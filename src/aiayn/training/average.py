@@ -116,7 +116,7 @@ def write_average(paths: Sequence[Path], output: str | Path, tokenizer: str | Pa
     checkpoint's own must match, and `task_info` as task.json (default: the first checkpoint's or its
     run's, `checkpoint_task_info`). All is checked before anything is written. Returns (the model
     directory, the directory the vocabulary came from)."""
-    from aiayn.tasks.base import checkpoint_task_info, write_task_info
+    from aiayn.tasks import checkpoint_task_info, write_task_info
 
     info = checkpoint_task_info(paths[0]) if task_info is None else task_info
     tok_dir = Path(tokenizer) if tokenizer else tokenizer_dir(paths[0])
