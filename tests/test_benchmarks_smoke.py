@@ -484,3 +484,31 @@ def test_sst2_phrases_spans_fine_tunes_on_the_recipes_carve_and_scores_dev_once(
     (row,) = out["rows"]
     assert row["seed"] == 2 and row["update"] in (3, 6) and row["phrase_weight"] == 1.0
     assert all(0 <= row[s] <= 100 for s in ("tune", "dev"))
+
+
+def test_seed_spread_rows_are_each_runs_report_and_evaluate_on_the_split(tmp_path):
+    """Per run: test figures as test_scores.json, the split's as `aiayn evaluate` on its files, the update
+    and epoch of the last checkpoint, the NLL metrics.jsonl logged; then mean and sd across the runs."""
+    import statistics
+
+    runs = []
+    for seed in (1, 2):
+        (tmp_path / str(seed)).mkdir()
+        runs.append(_tiny_translation_run(tmp_path / str(seed), f"max_updates = 20\nvalidate_every = 10\nseed = {seed}\n"))
+    out = _last_json_line("seed_spread.py", *map(str, runs), "--split", "val", "--nll-at", "10", "--threads", "1",
+                          "--json")
+    for run_dir, row in zip(runs, out["rows"]):
+        report = json.loads((run_dir / "test_scores.json").read_text())
+        data = run_dir.parent / "data"
+        ref = json.loads(subprocess.run(
+            [sys.executable, "-m", "aiayn", "evaluate", "--model", str(run_dir / "model"), "--src", str(data / "val.x"),
+             "--ref", str(data / "val.y"), "--json"], capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+        logged = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert row["test.bleu"] == report["bleu"] and row["val.bleu"] == pytest.approx(ref["bleu"], abs=0.005)
+        assert row["updates"] == 20 and row["epochs"] >= 1
+        assert row["nll@10"] == next(r["nll"] for r in logged if r.get("split") == "valid" and r["step"] == 10)
+    mean, sd, _ = out["summary"]
+    for column in ("test.bleu", "val.bleu", "nll@10"):
+        values = [row[column] for row in out["rows"]]
+        assert mean[column] == pytest.approx(statistics.mean(values)) and sd[column] == pytest.approx(statistics.stdev(values))
+    assert out["rows"][0]["nll@10"] != out["rows"][1]["nll@10"]  # two seeds, two runs
