@@ -1,51 +1,114 @@
-"""How often beam search makes the host wait for the GPU (CUDA only): each wait drains the queue of
-kernels, so the GPU idles while Python works out the next step. Counted with torch's sync debug
-mode (`aiayn.runtime.count_cuda_syncs`) on decode_speed.py's model and sources, beam 4, exactly N
-tokens forced (EOS banned before N): the waits of a search of 40 steps minus those of 20 steps,
-over the 20 steps between, give the waits per step; the start (encoder, cache) is the rest.
-A last column lets EOS end sentences where the untrained model puts it (up to 40 tokens).
+"""Per decoding step on CUDA: how often the host waits for the GPU, how many kernels it launches,
+and how the step's wall time splits between the host and the GPU (ours greedy, ours beam 4, and
+decode_speed.py's textbook beam 4 that recomputes the prefix). Each wait drains the queue of
+kernels, so the GPU idles while Python works out the next step; a step whose wall time is well
+above its GPU time is bound by the host (Python and kernel launches), not by the GPU.
 
-    python benchmarks/beam_syncs.py [--batch 1 32] [--json]
+Waits are counted with torch's sync debug mode (`aiayn.runtime.count_cuda_syncs`), kernels and
+their GPU time with torch.profiler, wall time without the profiler (the best of --runs: other load
+on the host only slows a run), all on decode_speed.py's model and sources with exactly N tokens
+forced (EOS banned before N): the figures of 40 steps minus those of 20, over the 20 steps
+between, give the per-step ones; the start (encoder, cache) is the rest. The "EOS allowed" line
+counts the waits of a beam search where the untrained model's EOS ends sentences (up to 40
+tokens). Further tables list the host ops of ours beam 4 (CUDA runtime calls among them) by self
+CPU time per step, one per batch size.
+
+    python benchmarks/beam_syncs.py [--batch 1 32] [--runs 5] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import torch
-from _common import emit_json, format_table
-from decode_speed import build_model, sources
+from _common import emit_json, format_table, time_call
+from decode_speed import BEAM, build_model, sources, textbook
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding import beam_search, for_inference
+from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.runtime import count_cuda_syncs
 
+SHORT, LONG = 20, 40
 
-def row(model, batch: int) -> dict:
+
+def decoders(model) -> dict[str, Callable[[torch.Tensor, int], object]]:
+    """name -> fn(src, n) that decodes exactly n tokens with `model` (a `Transformer`)."""
+    fast = for_inference(model)
+    forced = lambda n, beam=BEAM: DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=n, min_len=n)  # noqa: E731
+    return {"ours greedy": lambda src, n: greedy_search(fast, src, 0.0, n, min_len=n),
+            "ours beam4": lambda src, n: beam_search(fast, src, forced(n)),
+            "textbook beam4": lambda src, n: textbook(model, src, BEAM, out_len=n)}
+
+
+def kernels(fn: Callable[[], object]) -> tuple[int, float, torch.profiler.profile]:
+    """(kernels and copies run on the GPU, their GPU milliseconds, the profile) of one call."""
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return len(gpu), sum(e.time_range.elapsed_us() for e in gpu) / 1e3, prof
+
+
+def per_step(short: float, long: float) -> float:
+    return (long - short) / (LONG - SHORT)
+
+
+def row(model, name: str, fn, batch: int, runs: int) -> dict:
     src = sources(batch).cuda()
-    forced = {n: count_cuda_syncs(lambda n=n: beam_search(model, src, DecodeConfig(max_len_a=0.0, max_len_b=n,
-                                                                                   min_len=n)))
-              for n in (20, 40)}
-    free = count_cuda_syncs(lambda: beam_search(model, src, DecodeConfig(max_len_a=0.0, max_len_b=40)))
-    per_step = (forced[40] - forced[20]) / 20
-    return {"batch": batch, "syncs_20_steps": forced[20], "syncs_40_steps": forced[40], "per_step": per_step,
-            "start": forced[20] - 20 * per_step, "eos_allowed": free}
+    fn(src, LONG)  # warm-up: cuBLAS handles, the caching allocator
+    waits = {n: count_cuda_syncs(lambda n=n: fn(src, n)) for n in (SHORT, LONG)}
+    launched = {n: kernels(lambda n=n: fn(src, n))[:2] for n in (SHORT, LONG)}
+    wall = {n: min(time_call(lambda n=n: fn(src, n), "cuda") for _ in range(runs)) * 1e3 for n in (SHORT, LONG)}
+    out = {"decoder": name, "batch": batch,
+           "waits_per_step": per_step(waits[SHORT], waits[LONG]),
+           "kernels_per_step": per_step(launched[SHORT][0], launched[LONG][0]),
+           "ms_per_step": per_step(wall[SHORT], wall[LONG]),
+           "gpu_ms_per_step": per_step(launched[SHORT][1], launched[LONG][1])}
+    out["gpu_busy"] = out["gpu_ms_per_step"] / out["ms_per_step"]
+    out["start_waits"] = waits[SHORT] - SHORT * out["waits_per_step"]
+    if name == "ours beam4":
+        out["eos_allowed_waits"] = count_cuda_syncs(
+            lambda: beam_search(for_inference(model), src, DecodeConfig(max_len_a=0.0, max_len_b=LONG)))
+    return out
+
+
+def host_ops(model, batch: int, top: int = 15) -> list[dict]:
+    """The host ops (CUDA runtime calls among them) of ours beam 4 by self CPU milliseconds per step:
+    a search of LONG steps, its start included, over LONG."""
+    src = sources(batch).cuda()
+    prof = kernels(lambda: decoders(model)["ours beam4"](src, LONG))[2]
+    rows = [{"op": e.key[:48], "calls_per_step": e.count / LONG, "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / LONG}
+            for e in prof.key_averages()]
+    return sorted(rows, key=lambda r: -r["self_cpu_ms_per_step"])[:top]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--runs", type=int, default=5, help="timed runs per cell; the fastest is reported")
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     args = p.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("beam_syncs.py counts waits for a CUDA device; none is available")
-    model = for_inference(build_model().cuda())
-    rows = [row(model, b) for b in args.batch]
-    print(format_table(rows, [("batch", "batch", "d"), ("syncs_20_steps", "20 steps", ",d"),
-                              ("syncs_40_steps", "40 steps", ",d"), ("per_step", "per step", ".2f"),
-                              ("start", "start", ".0f"), ("eos_allowed", "EOS allowed", ",d")]))
+        raise SystemExit("beam_syncs.py profiles decoding on a CUDA device; none is available")
+    model = build_model().cuda()
+    rows = [row(model, name, fn, b, args.runs) for b in args.batch for name, fn in decoders(model).items()]
+    print(format_table(rows, [("decoder", "decoder", "s"), ("batch", "batch", "d"),
+                              ("waits_per_step", "waits", ".2f"), ("kernels_per_step", "kernels", ".1f"),
+                              ("ms_per_step", "ms", ".3f"), ("gpu_ms_per_step", "GPU ms", ".3f"),
+                              ("gpu_busy", "GPU busy", ".2f"), ("start_waits", "start waits", ".0f")]))
+    eos = {r["batch"]: r["eos_allowed_waits"] for r in rows if "eos_allowed_waits" in r}
+    print("waits of ours beam4 with EOS allowed (up to 40 tokens): "
+          + ", ".join(f"batch {b} {n}" for b, n in eos.items()))
+    print("(per step; waits: the host waits for the GPU; ms: wall; GPU ms: kernels and copies on the GPU)\n")
+    ops = {b: host_ops(model, b) for b in args.batch}
+    for b, table in ops.items():
+        print(format_table(table, [("op", f"host op (ours beam4, batch {b})", "s"), ("calls_per_step", "calls", ".1f"),
+                                   ("self_cpu_ms_per_step", "self CPU ms", ".3f")]) + "\n")
     if args.json:
-        emit_json({"device": torch.cuda.get_device_name(), "rows": rows})
+        emit_json({"device": torch.cuda.get_device_name(), "rows": rows, "host_ops": ops})
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def ours(model, src, beam: int) -> list[list[int]]:
 
 # -- textbook: recompute the whole prefix at every step -------------------------------------
 @torch.inference_mode()
-def textbook(model, src, beam: int) -> list[list[int]]:
+def textbook(model, src, beam: int, out_len: int = OUT_LEN) -> list[list[int]]:
     enc = model.encode(src)
     B = src.shape[0]
     dev = src.device
@@ -82,7 +82,7 @@ def textbook(model, src, beam: int) -> list[list[int]]:
     prefix = torch.full((B * beam, 1), BOS_ID, device=dev)  # (B·K, 1 + t)
     scores = torch.full((B, beam), float("-inf"), device=dev)
     scores[:, 0] = 0.0
-    for _ in range(OUT_LEN):
+    for _ in range(out_len):
         cache = model.init_cache(enc, capacity=prefix.shape[1])  # nothing reused between steps
         logits = model.decode(prefix, cache).logits[:, -1].float()  # (B·K, V)
         logits[:, [PAD_ID, BOS_ID, EOS_ID]] = float("-inf")

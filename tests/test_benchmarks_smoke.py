@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -512,3 +513,14 @@ def test_seed_spread_rows_are_each_runs_report_and_evaluate_on_the_split(tmp_pat
         values = [row[column] for row in out["rows"]]
         assert mean[column] == pytest.approx(statistics.mean(values)) and sd[column] == pytest.approx(statistics.stdev(values))
     assert out["rows"][0]["nll@10"] != out["rows"][1]["nll@10"]  # two seeds, two runs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="beam_syncs.py profiles decoding on a CUDA device")
+def test_beam_syncs_profiles_each_decoder_per_step():
+    out = _last_json_line("beam_syncs.py", "--batch", "1", "--runs", "1", "--json")
+    rows = {r["decoder"]: r for r in out["rows"]}
+    assert set(rows) == {"ours greedy", "ours beam4", "textbook beam4"}
+    assert rows["ours beam4"]["waits_per_step"] == 1.0  # the step's one summary (decoding/beam.py)
+    for r in rows.values():
+        assert r["kernels_per_step"] > 0 and r["gpu_ms_per_step"] > 0 and r["ms_per_step"] > 0
+    assert out["host_ops"]["1"] and all(op["calls_per_step"] > 0 for op in out["host_ops"]["1"])
