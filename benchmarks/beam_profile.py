@@ -13,7 +13,10 @@ kinds (`KINDS`, matched on the op name):
     python     wall time minus all of the above: the interpreter between ops (and the
                profiler's own cost per op, so read it as an upper bound)
 
-    .venv/bin/python benchmarks/beam_profile.py [--batch 1 32] [--runs 3] [--json]
+On CUDA (`--device cuda`) the op list holds the CUDA runtime's calls too (cudaLaunchKernel: the cost
+of each kernel launch on the host); benchmarks/beam_syncs.py gives the GPU's side of a step.
+
+    .venv/bin/python benchmarks/beam_profile.py [--batch 1 32] [--runs 3] [--device cpu] [--top N] [--json]
 """
 
 from __future__ import annotations
@@ -45,16 +48,21 @@ def kind_of(name: str) -> str:
 
 
 def profile_beam(decoder, src: torch.Tensor, runs: int) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    """Milliseconds per decoding step of each kind (the mean over `runs` searches, after one warm-up),
-    and of each op, most first."""
+    """Host milliseconds per decoding step of each kind (the mean over `runs` searches, after one
+    warm-up), and of each op, most first. On CUDA the ops include the runtime's calls (kernel
+    launches, copies) and "python" also holds the host's waits for the GPU."""
     cfg = DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=OUT_LEN, min_len=OUT_LEN)
     search = lambda: beam_search(decoder, src, cfg)  # noqa: E731
+    cuda = src.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.inference_mode():
         search()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=activities) as prof:
             start = time.perf_counter()
             for _ in range(runs):
                 search()
+            if cuda:
+                torch.cuda.synchronize()
             wall_ms = (time.perf_counter() - start) * 1e3
     per_kind: dict[str, float] = defaultdict(float)
     steps = runs * OUT_LEN
@@ -74,13 +82,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true", help="last stdout line: one JSON object")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"], help="the decoder's arithmetic")
     p.add_argument("--top", type=int, default=0, help="also print the N ops with the most self time")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    decoder = for_inference(build_model(args.preset), args.precision)
-    profiles = {b: profile_beam(decoder, sources(b), args.runs) for b in args.batch}
+    decoder = for_inference(build_model(args.preset).to(args.device), args.precision)
+    profiles = {b: profile_beam(decoder, sources(b).to(args.device), args.runs) for b in args.batch}
     rows = {b: kinds for b, (kinds, _) in profiles.items()}
-    print(f"beam {BEAM}, {OUT_LEN} steps, {args.preset} preset, {args.precision}, {args.threads} threads: "
-          "ms per step (share)")
+    print(f"beam {BEAM}, {OUT_LEN} steps, {args.preset} preset, {args.precision}, {args.device}, {args.threads} "
+          "threads: host ms per step (share)")
     print(f"{'kind':<10}" + "".join(f"{'batch ' + str(b):>20}" for b in args.batch))
     for kind in (*ORDER, "total"):
         cells = []
@@ -95,6 +104,7 @@ def main(argv=None) -> int:
             print("\n".join(f"  {ms:8.3f}  {name}" for name, ms in ops[: args.top]))
     if args.json:
         print(json.dumps({"beam": BEAM, "steps": OUT_LEN, "preset": args.preset, "threads": args.threads,
+                          "device": args.device,
                           "ms_per_step": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}}))
     return 0
 

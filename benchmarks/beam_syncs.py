@@ -10,8 +10,7 @@ on the host only slows a run), all on decode_speed.py's model and sources with e
 forced (EOS banned before N): the figures of 40 steps minus those of 20, over the 20 steps
 between, give the per-step ones; the start (encoder, cache) is the rest. The "EOS allowed" line
 counts the waits of a beam search where the untrained model's EOS ends sentences (up to 40
-tokens). Further tables list the host ops of ours beam 4 (CUDA runtime calls among them) by self
-CPU time per step, one per batch size.
+tokens). Where the host's time goes, op by op: `beam_profile.py --device cuda --top N`.
 
     python benchmarks/beam_syncs.py [--batch 1 32] [--runs 5] [--json]
 """
@@ -41,15 +40,15 @@ def decoders(model) -> dict[str, Callable[[torch.Tensor, int], object]]:
             "textbook beam4": lambda src, n: textbook(model, src, BEAM, out_len=n)}
 
 
-def kernels(fn: Callable[[], object]) -> tuple[int, float, torch.profiler.profile]:
-    """(kernels and copies run on the GPU, their GPU milliseconds, the profile) of one call."""
+def kernels(fn: Callable[[], object]) -> tuple[int, float]:
+    """(kernels and copies run on the GPU, their GPU milliseconds) of one call."""
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return len(gpu), sum(e.time_range.elapsed_us() for e in gpu) / 1e3, prof
+    return len(gpu), sum(e.time_range.elapsed_us() for e in gpu) / 1e3
 
 
 def per_step(short: float, long: float) -> float:
@@ -60,7 +59,7 @@ def row(model, name: str, fn, batch: int, runs: int) -> dict:
     src = sources(batch).cuda()
     fn(src, LONG)  # warm-up: cuBLAS handles, the caching allocator
     waits = {n: count_cuda_syncs(lambda n=n: fn(src, n)) for n in (SHORT, LONG)}
-    launched = {n: kernels(lambda n=n: fn(src, n))[:2] for n in (SHORT, LONG)}
+    launched = {n: kernels(lambda n=n: fn(src, n)) for n in (SHORT, LONG)}
     wall = {n: min(time_call(lambda n=n: fn(src, n), "cuda") for _ in range(runs)) * 1e3 for n in (SHORT, LONG)}
     out = {"decoder": name, "batch": batch,
            "waits_per_step": per_step(waits[SHORT], waits[LONG]),
@@ -73,16 +72,6 @@ def row(model, name: str, fn, batch: int, runs: int) -> dict:
         out["eos_allowed_waits"] = count_cuda_syncs(
             lambda: beam_search(for_inference(model), src, DecodeConfig(max_len_a=0.0, max_len_b=LONG)))
     return out
-
-
-def host_ops(model, batch: int, top: int = 15) -> list[dict]:
-    """The host ops (CUDA runtime calls among them) of ours beam 4 by self CPU milliseconds per step:
-    a search of LONG steps, its start included, over LONG."""
-    src = sources(batch).cuda()
-    prof = kernels(lambda: decoders(model)["ours beam4"](src, LONG))[2]
-    rows = [{"op": e.key[:48], "calls_per_step": e.count / LONG, "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / LONG}
-            for e in prof.key_averages()]
-    return sorted(rows, key=lambda r: -r["self_cpu_ms_per_step"])[:top]
 
 
 def main() -> None:
@@ -103,12 +92,8 @@ def main() -> None:
     print("waits of ours beam4 with EOS allowed (up to 40 tokens): "
           + ", ".join(f"batch {b} {n}" for b, n in eos.items()))
     print("(per step; waits: the host waits for the GPU; ms: wall; GPU ms: kernels and copies on the GPU)\n")
-    ops = {b: host_ops(model, b) for b in args.batch}
-    for b, table in ops.items():
-        print(format_table(table, [("op", f"host op (ours beam4, batch {b})", "s"), ("calls_per_step", "calls", ".1f"),
-                                   ("self_cpu_ms_per_step", "self CPU ms", ".3f")]) + "\n")
     if args.json:
-        emit_json({"device": torch.cuda.get_device_name(), "rows": rows, "host_ops": ops})
+        emit_json({"device": torch.cuda.get_device_name(), "rows": rows})
 
 
 if __name__ == "__main__":
