@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -92,5 +93,16 @@ def allocator_name() -> str:
 
 
 def emit_json(obj: dict) -> None:
-    """Print `obj` as one JSON line (the last line a --json caller reads)."""
-    print(json.dumps(obj, sort_keys=False), flush=True)
+    """Print `obj` as one line of standard JSON (the last line a --json caller reads): NaN and the
+    infinities, which json.dumps would write as bare words no strict parser reads, become null."""
+    print(json.dumps(_finite(obj), allow_nan=False), flush=True)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -10,7 +10,6 @@ Padding efficiency = real tokens / padded tokens, over source + decoder-input te
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -20,7 +19,7 @@ from aiayn.data import load_parallel, padding_efficiency, read_corpus, train_tok
 from aiayn.data.batching import random_batches
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 
-from _common import SHARED_DATA
+from _common import SHARED_DATA, emit_json
 
 
 def main() -> int:
@@ -64,7 +63,7 @@ def main() -> int:
     for key, value in result.items():
         print(f"{key:<34}{value:>10}")
     if args.json:
-        print(json.dumps(result))
+        emit_json(result)
     return 0
 
 

@@ -22,7 +22,6 @@ of each kernel launch on the host); benchmarks/beam_syncs.py gives the GPU's sid
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -32,6 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from aiayn.config import DecodeConfig
 from aiayn.decoding import beam_search, for_inference
+from _common import emit_json
 from decode_speed import BEAM, OUT_LEN, build_model, sources
 
 KINDS = {  # kind -> substrings of the ATen op names it takes (first match wins, in this order)
@@ -103,9 +103,8 @@ def main(argv=None) -> int:
             print(f"\nbatch {b}, the {args.top} ops with the most self time (ms per step):")
             print("\n".join(f"  {ms:8.3f}  {name}" for name, ms in ops[: args.top]))
     if args.json:
-        print(json.dumps({"beam": BEAM, "steps": OUT_LEN, "preset": args.preset, "threads": args.threads,
-                          "device": args.device,
-                          "ms_per_step": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}}))
+        emit_json({"beam": BEAM, "steps": OUT_LEN, "preset": args.preset, "threads": args.threads,
+                   "device": args.device, "ms_per_step": {str(b): {k: round(v, 4) for k, v in r.items()} for b, r in rows.items()}})
     return 0
 
 

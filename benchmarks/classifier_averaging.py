@@ -16,11 +16,10 @@ training file as `data.carve_fraction` carves them (`aiayn.tasks.classify.carve`
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
-from _common import add_common_arguments, format_table, set_threads
+from _common import add_common_arguments, emit_json, format_table, set_threads
 
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import load_tokenizers
@@ -81,7 +80,7 @@ def main() -> None:
           + (", and of their weight average" if averaged is not None else "; no weight average: they are different models"))
     print(format_table(rows, [("model", "model", ""), *[(s, f"{s} ({len(splits[s][0])})", ".2f") for s in splits]]))
     if args.json:
-        print(json.dumps({"benchmark": "classifier_averaging", "rows": rows}))
+        emit_json({"benchmark": "classifier_averaging", "rows": rows})
 
 
 if __name__ == "__main__":

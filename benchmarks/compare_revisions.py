@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _common import emit_json
+
 HERE = Path(__file__).resolve().parents[1]
 
 
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
         print("".join(f"{str(t[n]):<10}" for n in names)
               + f"{t['value']:<12}{t['this']:>12,.1f}{t['other']:>12,.1f}{t['ratio']:>12.3f}")
     if args.json:
-        print(json.dumps({"rounds": args.rounds, "other": str(args.other), "rows": table}))
+        emit_json({"rounds": args.rounds, "other": str(args.other), "rows": table})
     return 0
 
 

@@ -21,11 +21,10 @@ temporary directory whose `model` and `tokenizer` link to the run's. A setting o
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
-from _common import add_common_arguments, format_table, set_threads
+from _common import add_common_arguments, emit_json, format_table, set_threads
 
 from aiayn.data.tokenizer import TOKENIZER_DIR
 from aiayn.training import checkpoint as ckpt
@@ -94,7 +93,7 @@ def main() -> None:
     if same := [k for k in figures if k not in varying]:  # baselines, counts: decoding leaves them alone
         print("in every row: " + ", ".join(f"{k} {rows[0][k]:g}" for k in same))
     if args.json:
-        print(json.dumps({"benchmark": "decode_settings", "run_dir": str(args.run_dir), "rows": rows}))
+        emit_json({"benchmark": "decode_settings", "run_dir": str(args.run_dir), "rows": rows})
 
 
 if __name__ == "__main__":

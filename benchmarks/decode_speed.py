@@ -28,7 +28,6 @@ absolute numbers are still noisy there.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import statistics
 import sys
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+from _common import emit_json
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
@@ -314,8 +314,7 @@ def main(argv=None) -> int:
     print("same 1-best tokens as ours: " + "; ".join(
         f"{s} b{b}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in c.items()) for s, b, c in checks))
     if args.json:
-        print(json.dumps({"rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
-                                   for r in rows]}))
+        emit_json({"rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]})
     return 0
 
 

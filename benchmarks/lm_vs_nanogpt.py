@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import SHARED_DATA, add_common_arguments, format_table
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 PEER = ROOT.parent / "shared" / "peers" / "nanogpt"
@@ -133,7 +133,7 @@ def main() -> None:
                               ("val_loss", "val loss", ".4f"), ("val_loss_minus_nanogpt", "Δ loss", "+.4f"),
                               ("own_estimate", "nanoGPT's estimate", ".4f"), ("wall_s", "wall s", ".0f")]))
     if args.json:
-        print(json.dumps({"benchmark": "lm_vs_nanogpt", "threads": threads, "rows": rows}))
+        emit_json({"benchmark": "lm_vs_nanogpt", "threads": threads, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import add_common_arguments, format_table
+from _common import add_common_arguments, emit_json, format_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORES = ("scaled_dot", "dot", "additive")
@@ -89,8 +89,8 @@ def main() -> None:
                               ("tokens_per_s", "tok/s", ",.0f"), ("speed_vs_scaled_dot", "× scaled", ".2f"),
                               ("valid_nll", "val nll", ".3f"), ("valid_bleu_beam4", "val BLEU", ".2f")]))
     if args.json:
-        print(json.dumps({"benchmark": "score_ablation", "minutes": args.minutes, "threads": threads,
-                          "recipe": args.recipe.name, "rows": rows}))
+        emit_json({"benchmark": "score_ablation", "minutes": args.minutes, "threads": threads,
+                   "recipe": args.recipe.name, "rows": rows})
 
 
 if __name__ == "__main__":

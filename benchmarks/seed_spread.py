@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 import torch
-from _common import add_common_arguments, format_table, set_threads
+from _common import add_common_arguments, emit_json, format_table, set_threads
 from decode_settings import decode_row, scores
 
 from aiayn.training import checkpoint as ckpt
@@ -88,7 +88,7 @@ def main() -> None:
     print(f"{len(rows)} runs: their test reports{f', {args.split} decoded again' if args.split else ''}")
     print(format_table(rows + summary, [("run", "run", ""), *[(c, c, ".4g" if "nll" in c else ".2f") for c in columns]]))
     if args.json:
-        print(json.dumps({"benchmark": "seed_spread", "rows": rows, "summary": summary}))
+        emit_json({"benchmark": "seed_spread", "rows": rows, "summary": summary})
 
 
 if __name__ == "__main__":

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _common import add_common_arguments, format_table, set_threads
+from _common import add_common_arguments, emit_json, format_table, set_threads
 from classifier_averaging import accuracy, labelled
 from torch import Tensor, nn
 
@@ -148,7 +147,7 @@ def main() -> None:
                               ("tune", f"tune ({len(splits['tune'][0])})", ".2f"),
                               ("dev", f"dev ({len(splits['dev'][0])})", ".2f"), ("minutes", "min", ".1f")]))
     if args.json:
-        print(json.dumps({"benchmark": "sst2_cnn_rand", "rows": rows}))
+        emit_json({"benchmark": "sst2_cnn_rand", "rows": rows})
 
 
 if __name__ == "__main__":

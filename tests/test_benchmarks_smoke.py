@@ -532,3 +532,15 @@ def test_beam_syncs_profiles_each_decoder_per_step():
     assert rows["ours beam4"]["waits_per_step"] == 1.0  # the step's one summary (decoding/beam.py)
     for r in rows.values():
         assert r["kernels_per_step"] > 0 and r["gpu_ms_per_step"] > 0 and r["ms_per_step"] > 0
+
+
+def test_emit_json_writes_standard_json_with_null_for_nan(capsys):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from _common import emit_json
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    emit_json({"rows": [{"sd": math.nan, "bleu": 41.5}], "summary": (math.inf, -math.inf, 1)})
+    line = capsys.readouterr().out.strip()
+    parsed = json.loads(line, parse_constant=lambda word: pytest.fail(f"non-standard JSON word {word}"))
+    assert parsed == {"rows": [{"sd": None, "bleu": 41.5}], "summary": [None, None, 1]}
