@@ -6,6 +6,7 @@ No timing assertions: the numbers depend on the machine and its load.
 from __future__ import annotations
 
 import http.server
+import importlib.util
 import json
 import math
 import shutil
@@ -322,12 +323,14 @@ def test_int8_matmul_times_every_candidate_and_ratio():
 def test_decode_speed_runs_every_peer_in_its_own_process_and_prints_ratios():
     out = _last_json_line("decode_speed.py", "--skip", "textbook", "hf", "--runs", "1", "--preset", "tiny",
                           "--batch", "2", "--json")
+    has_ct2 = importlib.util.find_spec("ctranslate2") is not None  # setup.sh installs it; a lent GPU machine lacks it
     for row in out["rows"]:
         assert row["ours"] > 0 and row["ours_int8"] > 0
-        for peer in ("ct2_fp32", "ct2_int8"):  # the ctranslate2 extra is installed by setup.sh
-            assert row[peer] > 0
-        # the JSON rounds to 3 decimals: a ratio far below 1 (a loaded machine) may differ by that much alone
-        assert math.isclose(row["ours_int8/ct2_int8"], row["ours_int8"] / row["ct2_int8"], rel_tol=1e-2, abs_tol=5e-4)
+        for peer in ("ct2_fp32", "ct2_int8"):
+            assert row[peer] > 0 if has_ct2 else row[peer] is None
+        if has_ct2:  # the JSON rounds to 3 decimals: a ratio far below 1 (a loaded machine) may differ by that much
+            assert math.isclose(row["ours_int8/ct2_int8"], row["ours_int8"] / row["ct2_int8"], rel_tol=1e-2,
+                                abs_tol=5e-4)
 
 
 def test_train_throughput_configs_take_overrides_of_a_preset():
