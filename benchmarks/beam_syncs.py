@@ -34,7 +34,7 @@ SHORT, LONG = 20, 40
 def decoders(model) -> dict[str, Callable[[torch.Tensor, int], object]]:
     """name -> fn(src, n) that decodes exactly n tokens with `model` (a `Transformer`)."""
     fast = for_inference(model)
-    forced = lambda n, beam=BEAM: DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=n, min_len=n)  # noqa: E731
+    forced = lambda n: DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=n, min_len=n)  # noqa: E731
     return {"ours greedy": lambda src, n: greedy_search(fast, src, 0.0, n, min_len=n),
             "ours beam4": lambda src, n: beam_search(fast, src, forced(n)),
             "textbook beam4": lambda src, n: textbook(model, src, BEAM, out_len=n)}
@@ -55,7 +55,7 @@ def per_step(short: float, long: float) -> float:
     return (long - short) / (LONG - SHORT)
 
 
-def row(model, name: str, fn, batch: int, runs: int) -> dict:
+def row(name: str, fn, batch: int, runs: int) -> dict:
     src = sources(batch).cuda()
     fn(src, LONG)  # warm-up: cuBLAS handles, the caching allocator
     waits = {n: count_cuda_syncs(lambda n=n: fn(src, n)) for n in (SHORT, LONG)}
@@ -68,10 +68,14 @@ def row(model, name: str, fn, batch: int, runs: int) -> dict:
            "gpu_ms_per_step": per_step(launched[SHORT][1], launched[LONG][1])}
     out["gpu_busy"] = out["gpu_ms_per_step"] / out["ms_per_step"]
     out["start_waits"] = waits[SHORT] - SHORT * out["waits_per_step"]
-    if name == "ours beam4":
-        out["eos_allowed_waits"] = count_cuda_syncs(
-            lambda: beam_search(for_inference(model), src, DecodeConfig(max_len_a=0.0, max_len_b=LONG)))
     return out
+
+
+def eos_allowed_waits(model, batch: int) -> int:
+    """The waits of ours beam 4 where the untrained model's EOS ends sentences (up to LONG tokens)."""
+    src = sources(batch).cuda()
+    free = DecodeConfig(max_len_a=0.0, max_len_b=LONG)
+    return count_cuda_syncs(lambda: beam_search(for_inference(model), src, free))
 
 
 def main() -> None:
@@ -83,17 +87,17 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("beam_syncs.py profiles decoding on a CUDA device; none is available")
     model = build_model().cuda()
-    rows = [row(model, name, fn, b, args.runs) for b in args.batch for name, fn in decoders(model).items()]
+    rows = [row(name, fn, b, args.runs) for b in args.batch for name, fn in decoders(model).items()]
     print(format_table(rows, [("decoder", "decoder", "s"), ("batch", "batch", "d"),
                               ("waits_per_step", "waits", ".2f"), ("kernels_per_step", "kernels", ".1f"),
                               ("ms_per_step", "ms", ".3f"), ("gpu_ms_per_step", "GPU ms", ".3f"),
                               ("gpu_busy", "GPU busy", ".2f"), ("start_waits", "start waits", ".0f")]))
-    eos = {r["batch"]: r["eos_allowed_waits"] for r in rows if "eos_allowed_waits" in r}
+    eos = {b: eos_allowed_waits(model, b) for b in args.batch}
     print("waits of ours beam4 with EOS allowed (up to 40 tokens): "
           + ", ".join(f"batch {b} {n}" for b, n in eos.items()))
     print("(per step; waits: the host waits for the GPU; ms: wall; GPU ms: kernels and copies on the GPU)\n")
     if args.json:
-        emit_json({"device": torch.cuda.get_device_name(), "rows": rows})
+        emit_json({"device": torch.cuda.get_device_name(), "rows": rows, "eos_allowed_waits": eos})
 
 
 if __name__ == "__main__":
