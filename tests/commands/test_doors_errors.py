@@ -93,6 +93,16 @@ def test_a_door_refuses_no_model_or_two(dirs, capsys, tmp_path, command):
     assert stop.value.code == 2 and "given twice (MODEL and --model)" in capsys.readouterr().err
 
 
+def test_serve_takes_its_models_as_MODEL_or_as_repeated_model_flags_and_refuses_none(capsys):
+    from aiayn.cli import build_parser
+
+    parse = lambda *argv: build_parser().parse_args(["serve", *argv]).model  # noqa: E731
+    assert parse("a", "b") == parse("--model", "a", "--model", "b") == parse("--model", "a", "b") == ["a", "b"]
+    assert parse("a", "--model", "b") == ["a", "b"]  # in the order given
+    line = error_line(capsys, ["serve", "--port", "0"])
+    assert line == "aiayn serve: error: no model directory: aiayn serve MODEL [MODEL ...] (or --model MODEL, repeated)"
+
+
 # -- item 16: QA refuses an empty context or question in every door ---------------------------
 @pytest.mark.parametrize("context,question", [("", "k l"), ("a b", ""), ("  ", "k l"), ("a b", " \t")])
 def test_answer_refuses_an_empty_context_or_question(dirs, capsys, tmp_path, context, question):

@@ -25,6 +25,20 @@ class _ModelDir(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+class _ModelDirs(argparse.Action):
+    """Collects model directories given as MODEL ... and as --model MODEL (repeatable), in order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = values if isinstance(values, list) else [values]
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *given])
+
+
+def add_model_dirs_argument(p: argparse.ArgumentParser, help: str) -> None:
+    """One or more model directories (`aiayn serve`), as bare MODEL ... and/or as --model MODEL, repeated."""
+    p.add_argument("model", nargs="*", default=[], action=_ModelDirs, metavar="MODEL", help=help)
+    p.add_argument("--model", dest="model", action=_ModelDirs, metavar="MODEL", help="the same as MODEL (repeatable)")
+
+
 def add_model_argument(p: argparse.ArgumentParser, help: str) -> None:
     """The model directory, as a bare MODEL or as --model MODEL: either form on every command that
     answers with a model. Neither is an error when the model is loaded (`load`)."""

@@ -1,7 +1,9 @@
-"""`aiayn serve MODEL_DIR [MODEL_DIR ...]`: the models behind HTTP, batched across requests, with a web page at /."""
+"""`aiayn serve MODEL_DIR [MODEL_DIR ...]` (or --model MODEL_DIR, repeated): the models behind HTTP, batched
+across requests, with a web page at /."""
 
 from __future__ import annotations
 
+from aiayn.commands.door import add_model_dirs_argument
 from aiayn.commands.translate import add_precision_arguments
 from aiayn.runtime import DEVICES_HELP
 from aiayn.serve.app import ServeLimits
@@ -14,10 +16,9 @@ _B, _L = BatchConfig(), ServeLimits()
 
 
 def add_arguments(p) -> None:
-    p.add_argument("model", nargs="+",
-                   help="model directories written by `aiayn train` (any task with an inference door), "
-                        "or with --backend ctranslate2 ones written by `aiayn export ctranslate2`; translation "
-                        "models of different language pairs share /translate, routed by source and target")
+    add_model_dirs_argument(p, "model directories written by `aiayn train` (any task with an inference door), "
+                               "or with --backend ctranslate2 ones written by `aiayn export ctranslate2`; translation "
+                               "models of different language pairs share /translate, routed by source and target")
     p.add_argument("--backend", choices=("native", "ctranslate2"), default="native",
                    help="decode with aiayn itself (native, the default) or with CTranslate2 (ctranslate2: "
                         "an export directory; no attention weights)")
@@ -52,6 +53,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     import importlib.util
 
+    if not args.model:
+        raise ValueError("no model directory: aiayn serve MODEL [MODEL ...] (or --model MODEL, repeated)")
     if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn")):
         raise ImportError("aiayn serve needs the serve extra: pip install 'aiayn[serve]'")
     from aiayn.runtime import inference_device
