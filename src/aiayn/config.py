@@ -8,11 +8,12 @@ decoding settings of §6.1. Presets only override fields; they never restate a d
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import typing
 from dataclasses import dataclass
 from types import MappingProxyType, NoneType, UnionType
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 # Special token ids: the one source of truth, fixed for every vocabulary (subword or
 # synthetic) and every model. Tokenizers, batches, losses and decoders all read these.
@@ -331,8 +332,16 @@ def known_fields(cls: type, data: dict, what: str) -> dict:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown {what} key(s): {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        raise ConfigError(f"unknown {what} key(s): {', '.join(unknown)}{did_you_mean(unknown, names)}; "
+                          f"known: {', '.join(sorted(names))}")
     return dict(data)
+
+
+def did_you_mean(unknown: Sequence[str], known: Iterable[str], prefix: str = "") -> str:
+    """" (did you mean d_model?)" for the unknown names that are a likely typo of a known one, else ""."""
+    known = sorted(known)
+    guesses = [prefix + close[0] for name in unknown if (close := difflib.get_close_matches(name, known, n=1))]
+    return f" (did you mean {', '.join(guesses)}?)" if guesses else ""
 
 
 __all__ = [

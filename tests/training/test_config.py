@@ -52,9 +52,10 @@ def test_saved_config_reads_back_identical(tmp_path):
 
 
 @pytest.mark.parametrize("text, overrides, message", [
-    (GOOD + "bogus = 1\n", [], r"c.toml: unknown key\(s\) train.bogus"),
-    (GOOD.replace("[data]", "[datta]"), [], r"unknown section\(s\) datta"),
-    (GOOD, ["model.heads=4"], r"unknown model key\(s\): heads"),
+    (GOOD + "bogus = 1\n", [], r"c.toml: unknown key\(s\) train.bogus; known in \[train\]"),  # no close name
+    (GOOD + "max_update = 1\n", [], r"unknown key\(s\) train.max_update \(did you mean train.max_updates\?\)"),
+    (GOOD.replace("[data]", "[datta]"), [], r"unknown section\(s\) datta \(did you mean data\?\)"),
+    (GOOD, ["model.heads=4"], r"unknown model key\(s\): heads \(did you mean n_heads\?\)"),
     (GOOD, ["model.src_vocab_size=4"], "set from the tokenizer"),
     (GOOD, ["model.preset=huge"], "unknown preset 'huge'"),
     (GOOD, ["train.precision=fp8"], "train.precision must be one of fp32, bf16, fp16"),

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types
+from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types, did_you_mean
 from aiayn.io import atomic_write
 from aiayn.models import DEFAULT_MODEL_TYPE
 from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
@@ -65,7 +65,8 @@ class ModelSpec:
         config_class = model_class(self.type).config_class
         fields = {f.name for f in dataclasses.fields(config_class)}
         unknown = sorted(set(dict(self.overrides)) - fields)
-        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}; known: type, preset, {', '.join(sorted(fields))}")
+        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}{did_you_mean(unknown, fields)}; "
+                            f"known: type, preset, {', '.join(sorted(fields))}")
         check_types(config_class, dict(self.overrides), prefix="model.")
         return config_class.for_vocab(self.preset, src_vocab_size, tgt_vocab_size, **dict(self.overrides))
 
@@ -173,7 +174,8 @@ class TrainConfig:
         task = data.pop("task", DEFAULT_TASK)
         unknown = sorted(set(data) - set(SECTIONS) - {"data"})
         if unknown:
-            raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}; known: task, data, {', '.join(SECTIONS)}")
+            raise ConfigError(f"{source}: unknown section(s) {', '.join(unknown)}{did_you_mean(unknown, [*SECTIONS, 'data'])}"
+                              f"; known: task, data, {', '.join(SECTIONS)}")
         try:
             settings = task_class(task).data_config if isinstance(task, str) else None
         except ConfigError as e:
@@ -202,8 +204,8 @@ def _build_section(name: str, section_cls: type, body: Mapping[str, Any], source
         known = {f.name for f in dataclasses.fields(section_cls)}
         unknown = sorted(set(body) - known)
         if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}{_owners(unknown, task)}; "
-                              f"known in [{name}]: {', '.join(sorted(known))}")
+            raise ConfigError(f"unknown key(s) {', '.join(f'{name}.{k}' for k in unknown)}{_owners(unknown, task)}"
+                              f"{did_you_mean(unknown, known, f'{name}.')}; known in [{name}]: {', '.join(sorted(known))}")
         check_types(section_cls, body, prefix=f"{name}.")
         return section_cls(**body)
     except ConfigError as e:
