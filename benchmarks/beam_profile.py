@@ -29,10 +29,9 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from aiayn.config import DecodeConfig
-from aiayn.decoding import beam_search, for_inference
+from aiayn.decoding import for_inference
 from _common import emit_json
-from decode_speed import BEAM, OUT_LEN, build_model, sources
+from decode_speed import BEAM, OUT_LEN, build_model, ours, sources
 
 KINDS = {  # kind -> substrings of the ATen op names it takes (first match wins, in this order)
     "matmul": ("addmm", "aten::mm", "bmm", "matmul", "linear", "scaled_dot_product", "baddbmm", "_int_mm"),
@@ -51,8 +50,7 @@ def profile_beam(decoder, src: torch.Tensor, runs: int) -> tuple[dict[str, float
     """Host milliseconds per decoding step of each kind (the mean over `runs` searches, after one
     warm-up), and of each op, most first. On CUDA the ops include the runtime's calls (kernel
     launches, copies) and "python" also holds the host's waits for the GPU."""
-    cfg = DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=OUT_LEN, min_len=OUT_LEN)
-    search = lambda: beam_search(decoder, src, cfg)  # noqa: E731
+    search = lambda: ours(decoder, src, BEAM)  # noqa: E731
     cuda = src.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with torch.inference_mode():

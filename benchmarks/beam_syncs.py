@@ -22,10 +22,10 @@ from collections.abc import Callable
 
 import torch
 from _common import emit_json, format_table, time_call
-from decode_speed import BEAM, build_model, sources, textbook
+from decode_speed import BEAM, build_model, ours, sources, textbook
 
 from aiayn.config import DecodeConfig
-from aiayn.decoding import beam_search, for_inference, greedy_search
+from aiayn.decoding import beam_search, for_inference
 from aiayn.runtime import count_cuda_syncs
 
 SHORT, LONG = 20, 40
@@ -34,9 +34,8 @@ SHORT, LONG = 20, 40
 def decoders(model) -> dict[str, Callable[[torch.Tensor, int], object]]:
     """name -> fn(src, n) that decodes exactly n tokens with `model` (a `Transformer`)."""
     fast = for_inference(model)
-    forced = lambda n: DecodeConfig(beam_size=BEAM, max_len_a=0.0, max_len_b=n, min_len=n)  # noqa: E731
-    return {"ours greedy": lambda src, n: greedy_search(fast, src, 0.0, n, min_len=n),
-            "ours beam4": lambda src, n: beam_search(fast, src, forced(n)),
+    return {"ours greedy": lambda src, n: ours(fast, src, 1, out_len=n),
+            "ours beam4": lambda src, n: ours(fast, src, BEAM, out_len=n),
             "textbook beam4": lambda src, n: textbook(model, src, BEAM, out_len=n)}
 
 

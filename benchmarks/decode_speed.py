@@ -64,10 +64,11 @@ def sources(batch: int, vocab: int = VOCAB, seed: int = 1) -> torch.Tensor:
 
 
 # -- ours ---------------------------------------------------------------------------------
-def ours(model, src, beam: int) -> list[list[int]]:
+def ours(model, src, beam: int, out_len: int = OUT_LEN) -> list[list[int]]:
+    """Exactly `out_len` tokens per sentence: greedy for beam 1, else beam search."""
     if beam == 1:
-        return greedy_search(model, src, 0.0, OUT_LEN, min_len=OUT_LEN)
-    cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=OUT_LEN, min_len=OUT_LEN)
+        return greedy_search(model, src, 0.0, out_len, min_len=out_len)
+    cfg = DecodeConfig(beam_size=beam, max_len_a=0.0, max_len_b=out_len, min_len=out_len)
     return [h[0].tokens for h in beam_search(model, src, cfg)]
 
 

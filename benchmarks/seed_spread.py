@@ -20,7 +20,6 @@ import math
 import statistics
 from pathlib import Path
 
-import torch
 from _common import add_common_arguments, emit_json, format_table, set_threads
 from decode_settings import decode_row, scores
 
@@ -29,12 +28,12 @@ from aiayn.training import checkpoint as ckpt
 NOT_FIGURES = ("setting", "words", "n")
 
 
-def last_state(run_dir: Path) -> dict:
-    """The trainer state (step, epoch, ...) of the run's last checkpoint."""
+def last_state(run_dir: Path) -> ckpt.TrainState:
+    """The training progress (step, epoch, ...) of the run's last checkpoint."""
     last = ckpt.latest_checkpoint(run_dir / ckpt.CHECKPOINT_DIR)
     if last is None:
         raise SystemExit(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint")
-    return torch.load(last / ckpt.STATE_FILE, map_location="cpu", weights_only=True)["state"]
+    return ckpt.read_train_state(last)
 
 
 def metrics_figures(run_dir: Path, nll_at: int) -> dict:
@@ -56,11 +55,24 @@ def run_row(run_dir: Path, split: str, nll_at: int, setting: str = "") -> dict:
 
     test = decoded(setting) if setting else scores(json.loads((run_dir / "test_scores.json").read_text()))
     state = last_state(run_dir)
-    row = {"run": str(run_dir), "updates": state["step"], "epochs": state["epoch"],
+    row = {"run": str(run_dir), "updates": state.step, "epochs": state.epoch,
            **metrics_figures(run_dir, nll_at), **{f"test.{k}": v for k, v in test.items()}}
     if split:
         row.update({f"{split}.{k}": v for k, v in decoded(f'{setting} data.test_split="{split}"'.strip()).items()})
     return row
+
+
+def same_columns(rows: list[dict]) -> list[str]:
+    """The figures every row has, in the first row's order; runs that report different figures (another task,
+    another metric) have no spread, and are refused naming the first that differs."""
+    columns = [k for k in rows[0] if k != "run"]
+    for row in rows[1:]:
+        differ = sorted(set(row) ^ set(rows[0]))
+        if differ:
+            more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+            raise SystemExit(f"{row['run']}: its figures are not those of {rows[0]['run']} ({', '.join(differ[:3])}"
+                             f"{more} differ); give runs of one recipe")
+    return columns
 
 
 def spread(rows: list[dict], columns: list[str]) -> list[dict]:
@@ -83,7 +95,7 @@ def main() -> None:
     args = parser.parse_args()
     set_threads(args.threads)
     rows = [run_row(run_dir, args.split, args.nll_at, args.setting) for run_dir in args.run_dirs]
-    columns = [k for k in rows[0] if k != "run"]
+    columns = same_columns(rows)
     summary = spread(rows, columns)
     print(f"{len(rows)} runs: their test reports{f', {args.split} decoded again' if args.split else ''}")
     print(format_table(rows + summary, [("run", "run", ""), *[(c, c, ".4g" if "nll" in c else ".2f") for c in columns]]))

@@ -241,7 +241,6 @@ def test_classifier_averaging_rows_agree_with_the_classify_door_and_aiayn_averag
     from aiayn.tasks import load_pipeline
     from aiayn.tasks.classify import carve
 
-    torch = pytest.importorskip("torch")
     models = [tiny_model(tmp_path / name, "classify") for name in ("a", "b", "c")]
     generator = torch.Generator().manual_seed(1)
     for model in models[1:]:  # three different models of one config
@@ -363,7 +362,6 @@ def _benchmark(name: str):
 def test_cnn_rand_matches_kims_model_written_window_by_window():
     """Scores equal max-over-time of ReLU(w · window + b) over every window of the padded text, computed
     in loops; a text scores the same alone and beside a longer one; the constraint caps row norms at 3."""
-    torch = pytest.importorskip("torch")
     cnn = _benchmark("sst2_cnn_rand")
     torch.manual_seed(0)
     model = cnn.CnnRand(n_words=6, n_classes=2, dim=4, maps=3).eval()
@@ -392,7 +390,6 @@ def test_sst2_cnn_rand_trains_on_the_recipes_split_and_scores_ours_as_the_door_d
 
     from aiayn.tasks import load_pipeline
 
-    pytest.importorskip("torch")
     corpus, texts, gold = _labelled_corpus(tmp_path)
     ours = tiny_model(tmp_path / "ours", "classify")
     out = _last_json_line("sst2_cnn_rand.py", "--corpus", str(corpus), "--carve", "0.5", "--epochs", "2",
@@ -423,7 +420,6 @@ def test_sst2_phrases_finds_each_whole_sentences_labelled_phrases_at_their_token
 
 
 def _tiny_encoder():
-    torch = pytest.importorskip("torch")
     from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
 
     torch.manual_seed(0)
@@ -433,8 +429,6 @@ def _tiny_encoder():
 
 def test_sst2_phrase_span_scores_are_the_classifier_on_each_spans_mean_state():
     """Against the mean of `encode`'s states taken span by span; a text scores the same beside a longer one."""
-    import torch
-
     phrases = _benchmark("sst2_phrases")
     model = _tiny_encoder()
     tokens = torch.tensor([[5, 6, 7, 0, 0], [8, 9, 10, 11, 12]])  # (2, 5), the first padded
@@ -450,7 +444,6 @@ def test_sst2_phrase_span_scores_are_the_classifier_on_each_spans_mean_state():
 
 
 def test_sst2_phrase_loss_weighs_phrases_against_the_sentence():
-    import torch
     import torch.nn.functional as F
 
     phrases = _benchmark("sst2_phrases")
@@ -538,12 +531,15 @@ def test_beam_syncs_profiles_each_decoder_per_step():
 
 
 def test_emit_json_writes_standard_json_with_null_for_nan(capsys):
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        from _common import emit_json
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    emit_json({"rows": [{"sd": math.nan, "bleu": 41.5}], "summary": (math.inf, -math.inf, 1)})
+    _benchmark("_common").emit_json({"rows": [{"sd": math.nan, "bleu": 41.5}], "summary": (math.inf, -math.inf, 1)})
     line = capsys.readouterr().out.strip()
     parsed = json.loads(line, parse_constant=lambda word: pytest.fail(f"non-standard JSON word {word}"))
     assert parsed == {"rows": [{"sd": None, "bleu": 41.5}], "summary": [None, None, 1]}
+
+
+def test_seed_spread_refuses_runs_that_report_different_figures():
+    spread = _benchmark("seed_spread")
+    bleu = [{"run": "a", "test.bleu": 40.0}, {"run": "b", "test.bleu": 41.0}]
+    assert spread.same_columns(bleu) == ["test.bleu"]
+    with pytest.raises(SystemExit, match=r"^c: its figures are not those of a \(test.bleu, test.rouge2 differ\)"):
+        spread.same_columns([*bleu, {"run": "c", "test.rouge2": 7.0}])

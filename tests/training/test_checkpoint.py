@@ -36,6 +36,7 @@ def test_a_checkpoint_from_before_best_score_migrates(tmp_path):
     del old["state"]["best_score"]
     torch.save(old, state_file)
     assert ckpt.load_checkpoint(path, *_setup(seed=1)).best_score == -1.25
+    assert ckpt.read_train_state(path).best_score == -1.25
 
 
 def test_round_trip_restores_weights_optimizer_rng_and_progress(tmp_path):
@@ -45,6 +46,10 @@ def test_round_trip_restores_weights_optimizer_rng_and_progress(tmp_path):
     path = ckpt.save_checkpoint(tmp_path, ckpt.checkpoint_name(7), model, opt, state, [ckpt.capture_rng()])
     expected = (random.random(), np.random.rand(), torch.rand(1))
     random.seed(9), np.random.seed(9), torch.manual_seed(9)
+
+    rng = (random.getstate(), torch.get_rng_state())
+    assert ckpt.read_train_state(path) == state  # a look: the RNGs are left alone
+    assert random.getstate() == rng[0] and torch.equal(torch.get_rng_state(), rng[1])
 
     other, other_opt = _setup(seed=1)
     loaded = ckpt.load_checkpoint(path, other, other_opt)
@@ -114,6 +119,10 @@ def test_load_errors_name_the_file(tmp_path):
     (path / ckpt.STATE_FILE).write_bytes(b"garbage")
     with pytest.raises(ValueError, match="trainer_state.pt: cannot read"):
         ckpt.load_checkpoint(path, model, opt)
+    with pytest.raises(ValueError, match="trainer_state.pt: cannot read"):
+        ckpt.read_train_state(path)
+    with pytest.raises(FileNotFoundError, match="trainer_state.pt"):
+        ckpt.read_train_state(tmp_path)
 
 
 WRITER = textwrap.dedent("""

@@ -157,14 +157,10 @@ def load_checkpoint(
     optimizer overrides do; the learning rate is the schedule's at every update anyway."""
 
     path = Path(path)
-    state_path, weights = path / STATE_FILE, path / "model.safetensors"
-    for p in (state_path, weights):
-        if not p.is_file():
-            raise FileNotFoundError(f"{p}: not found; is {path} a checkpoint directory?")
-    try:
-        payload = torch.load(state_path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated / not a torch file
-        raise ValueError(f"{state_path}: cannot read trainer state ({e})") from e
+    weights = path / "model.safetensors"
+    payload = _read_payload(path)
+    if not weights.is_file():
+        raise FileNotFoundError(f"{weights}: not found; is {path} a checkpoint directory?")
     device = next(model.parameters()).device
     model.load_weights(weights, device)
     if optimizer is not None:
@@ -180,6 +176,27 @@ def load_checkpoint(
                     "will not continue exactly%s", path, len(rngs), world_size,
                     f" (rank {rank} reuses rank 0's RNG state)" if rank >= len(rngs) else "")
     restore_rng(rngs[rank if rank < len(rngs) else 0])
+    return _train_state(payload)
+
+
+def read_train_state(path: str | Path) -> TrainState:
+    """The training progress (step, epoch, ...) of checkpoint directory `path`, without loading its model,
+    and with its optimizer moments mapped from the file rather than read (`mmap`): a look, not a resume."""
+    return _train_state(_read_payload(Path(path), mmap=True))
+
+
+def _read_payload(path: Path, mmap: bool = False) -> dict:
+    """The trainer state file of checkpoint directory `path`, as plain data (no pickle); errors name the file."""
+    state_path = path / STATE_FILE
+    if not state_path.is_file():
+        raise FileNotFoundError(f"{state_path}: not found; is {path} a checkpoint directory?")
+    try:
+        return torch.load(state_path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as e:  # truncated / not a torch file
+        raise ValueError(f"{state_path}: cannot read trainer state ({e})") from e
+
+
+def _train_state(payload: dict) -> TrainState:
     state = dict(payload["state"])
     if "best_nll" in state:  # written before train.best_metric existed
         state["best_score"] = -state.pop("best_nll")
