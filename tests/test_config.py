@@ -1,6 +1,10 @@
+import dataclasses
+
 import pytest
 
-from aiayn.config import ConfigError, DecodeConfig, OptimConfig, SamplingConfig, TransformerConfig
+from aiayn.config import (ConfigError, DecodeConfig, OptimConfig, SamplingConfig, TransformerConfig,
+                          training_only_names)
+from aiayn.models import MODEL_TYPES
 
 
 def test_base_defaults_are_the_paper():
@@ -62,3 +66,12 @@ def test_round_trip_and_unknown_keys():
     assert TransformerConfig.from_dict(c.to_dict()) == c
     with pytest.raises(ConfigError, match="d_modle"):
         TransformerConfig.from_dict({**c.to_dict(), "d_modle": 3})
+
+
+@pytest.mark.parametrize("model_type", sorted(MODEL_TYPES))
+def test_every_dropout_and_the_ponder_cost_are_training_only(model_type):
+    """`aiayn average` mixes checkpoints that differ only in training-only fields, so a new dropout
+    field left undeclared would make averaging refuse, and a declared shape field would make it wrong."""
+    config_class = MODEL_TYPES[model_type].config_class
+    names = {f.name for f in dataclasses.fields(config_class)}
+    assert training_only_names(config_class) == {n for n in names if n.endswith("dropout") or n == "ponder_cost"}

@@ -40,6 +40,17 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field."""
 
 
+def training_only(default: Any) -> Any:
+    """A model config field that shapes training but not the trained function (dropout rates, the ponder
+    cost): checkpoints that differ only in such fields are one model, and `aiayn average` may mix them."""
+    return dataclasses.field(default=default, metadata={"training_only": True})
+
+
+def training_only_names(config: Any) -> frozenset[str]:
+    """The names of a config dataclass's (class or instance) fields declared with `training_only`."""
+    return frozenset(f.name for f in dataclasses.fields(config) if f.metadata.get("training_only"))
+
+
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise ConfigError(message)
@@ -57,7 +68,7 @@ class RecurrenceOptions:
     recurrence: str = "none"  # one of RECURRENCES
     depth_steps: int = 0  # universal: steps per stack; 0 = the stack's layer count
     halting: str = "none"  # one of HALTINGS; "act" halts the encoder's positions (the decoder runs every step)
-    ponder_cost: float = 0.01  # act: the loss weight of the mean ponder time (the UT code's act_loss_weight)
+    ponder_cost: float = training_only(0.01)  # act: the loss weight of the mean ponder time (the UT code's act_loss_weight)
 
     def check_recurrence(self) -> None:
         check_choice("recurrence", self.recurrence, RECURRENCES)
@@ -97,9 +108,9 @@ class TransformerConfig(RecurrenceOptions):
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
     d_ff: int = 2048
-    dropout: float = 0.1  # residual + embedding dropout, P_drop of §5.4
-    attention_dropout: float = 0.0  # on attention weights; not in the paper
-    activation_dropout: float = 0.0  # inside the FFN; not in the paper
+    dropout: float = training_only(0.1)  # residual + embedding dropout, P_drop of §5.4
+    attention_dropout: float = training_only(0.0)  # on attention weights; not in the paper
+    activation_dropout: float = training_only(0.0)  # inside the FFN; not in the paper
     attention_score: str = "scaled_dot"  # §3.2.1: "scaled_dot" (the paper's), "dot" or "additive" (its comparison)
     norm_first: bool = False  # False: post-norm, as in the paper; True: pre-norm
     positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"

@@ -50,9 +50,9 @@ def test_configs_differing_only_in_dropout_average(tmp_path):
     """A dropout changes training, not the function the weights compute: such checkpoints average,
     and the model keeps the first one's dropout. The error for a real difference names the field."""
     a = _saved(tmp_path, [1], dropout=0.1)
-    b = _saved(tmp_path / "x", [2], dropout=0.3)
+    b = _saved(tmp_path / "x", [2], dropout=0.3, attention_dropout=0.2, ponder_cost=0.1)
     avg = average_checkpoints(a + b)
-    assert avg.config.dropout == 0.1
+    assert (avg.config.dropout, avg.config.attention_dropout, avg.config.ponder_cost) == (0.1, 0.0, 0.01)
     _assert_mean_of(avg, a + b)
     c = _saved(tmp_path / "y", [3], dropout=0.3, d_ff=32)
     with pytest.raises(DifferentModels, match=r"y/m3/config.json: .*d_ff 32"):

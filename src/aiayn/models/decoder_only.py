@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ACTIVATIONS, PAD_ID, ConfigError, check_choice
+from aiayn.config import ACTIVATIONS, PAD_ID, ConfigError, check_choice, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.dropout import Dropout
@@ -41,9 +41,9 @@ class DecoderOnlyConfig(ModelConfig):
     n_heads: int = 4
     n_layers: int = 4
     d_ff: int = 512
-    dropout: float = 0.0
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
+    dropout: float = training_only(0.0)
+    attention_dropout: float = training_only(0.0)
+    activation_dropout: float = training_only(0.0)
     attention_score: str = "scaled_dot"
     norm_first: bool = True  # GPT-2's pre-norm; False is the paper's post-norm
     positional: str = "learned"  # "learned" (GPT) or "sinusoidal" (§3.5)

@@ -33,7 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_choice
+from aiayn.config import (ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_choice,
+                          training_only)
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.dropout import Dropout
@@ -54,9 +55,9 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
     n_heads: int = 4
     n_layers: int = 4
     d_ff: int = 1024
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.0
+    dropout: float = training_only(0.1)
+    attention_dropout: float = training_only(0.0)
+    activation_dropout: float = training_only(0.0)
     attention_score: str = "scaled_dot"
     norm_first: bool = False  # BERT is post-norm, as the paper; ViT is pre-norm
     positional: str = "learned"  # "learned" (BERT, ViT) or "sinusoidal" (§3.5)

@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, UNK_ID, ConfigError
+from aiayn.config import PAD_ID, UNK_ID, ConfigError, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.dropout import Dropout
 
@@ -44,7 +44,7 @@ class RNNConfig(ModelConfig):
     hidden_size: int = 256
     encoder_layers: int = 1
     decoder_layers: int = 1
-    dropout: float = 0.1
+    dropout: float = training_only(0.1)
     score: str = "additive"  # see `Score`
     input_feeding: bool = False  # Luong et al. §3.3
     max_positions: int = 1024  # the longest source a Translator passes (there is no position table)

@@ -9,22 +9,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
+from aiayn.config import training_only_names
 from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, load_model, read_config
 from aiayn.training.checkpoint import MODEL_DIR, found_beside
 
 log = logging.getLogger(__name__)
-
-# Config fields that change how a model trains, not what its weights compute: checkpoints that
-# differ only here (fine-tuning runs with another dropout, say) average like one run's, the
-# "model soup" of Wortsman et al. (2022). The average keeps the first checkpoint's values. A field
-# missing here makes averaging stricter, never wrong.
-TRAINING_ONLY_FIELDS = frozenset({"dropout", "attention_dropout", "activation_dropout", "ponder_cost"})
-
 
 class DifferentModels(ValueError):
     """Checkpoints whose configs (or vocabularies) describe different models: their weights have no meaningful mean."""
@@ -57,8 +51,10 @@ def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
 def average_checkpoints(paths: Sequence[str | Path]) -> PretrainedModel:
     """A model of the checkpoints' type whose weights are the mean of theirs.
 
-    Their configs must agree but for TRAINING_ONLY_FIELDS; the model takes the first one's."""
-    configs = [_fields(p) for p in paths]
+    Their configs must agree but for fields declared `training_only` (dropout, say): checkpoints that
+    differ only there (fine-tuning runs with another dropout) average like one run's, the "model soup"
+    of Wortsman et al. (2022). The model takes the first one's config."""
+    configs = [read_config(p) for p in paths]  # (model_type, config) each; errors name the file
     for path, config in zip(paths[1:], configs[1:]):
         _check_same_model(configs[0], config, Path(paths[0]) / CONFIG_FILE, Path(path) / CONFIG_FILE)
     model = load_model(paths[0])
@@ -69,21 +65,22 @@ def average_checkpoints(paths: Sequence[str | Path]) -> PretrainedModel:
     return model
 
 
-def _fields(path: str | Path) -> dict:
-    """The model type and every config field of a checkpoint, defaults filled in (errors name the file)."""
-    model_type, config = read_config(path)
-    return {MODEL_TYPE_KEY: model_type, **dataclasses.asdict(config)}
-
-
-def _check_same_model(first: dict, other: dict, first_file: Path, other_file: Path) -> None:
-    """Raise if `other` describes a different model from `first`; log training-only differences."""
-    differ = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
-    shown = ", ".join(f"{k} {other.get(k)!r} (first: {first.get(k)!r})" for k in differ)
-    if any(k not in TRAINING_ONLY_FIELDS for k in differ):
+def _check_same_model(first: tuple[str, Any], other: tuple[str, Any], first_file: Path, other_file: Path) -> None:
+    """Raise if `other` describes a different model from `first` (each a (model_type, config) pair);
+    log differences in training-only fields."""
+    a, b = _fields(*first), _fields(*other)
+    differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    shown = ", ".join(f"{k} {b.get(k)!r} (first: {a.get(k)!r})" for k in differ)
+    if any(k not in training_only_names(first[1]) for k in differ):
         raise DifferentModels(f"{other_file}: cannot average checkpoints of different model configs: "
                               f"{shown}; the first is {first_file}")
     if differ:
         log.info("%s: %s; the average keeps %s's", other_file, shown, first_file)
+
+
+def _fields(model_type: str, config: Any) -> dict:
+    """The model type and every config field, defaults filled in."""
+    return {MODEL_TYPE_KEY: model_type, **dataclasses.asdict(config)}
 
 
 def tokenizer_dir(ckpt: str | Path) -> Path | None:
