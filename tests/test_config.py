@@ -75,3 +75,10 @@ def test_every_dropout_and_the_ponder_cost_are_training_only(model_type):
     config_class = MODEL_TYPES[model_type].config_class
     names = {f.name for f in dataclasses.fields(config_class)}
     assert training_only_names(config_class) == {n for n in names if n.endswith("dropout") or n == "ponder_cost"}
+
+
+@pytest.mark.parametrize("seed", [2**64, -2**63 - 1])
+def test_a_sampling_seed_must_be_one_torch_takes(seed):
+    with pytest.raises(ConfigError, match="^seed must be from"):
+        SamplingConfig(seed=seed)
+    assert SamplingConfig(seed=2**64 - 1).seed == 2**64 - 1 and SamplingConfig(seed=-2**63).seed == -2**63

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from aiayn.io import atomic_write, write_output
+from aiayn.io import atomic_dir, atomic_write, output_file, read_utf8, write_output
 
 
 def test_atomic_write_replaces_on_success(tmp_path):
@@ -63,3 +63,68 @@ def test_write_output_follows_a_chain_of_links_to_a_regular_file(tmp_path):
 def test_write_output_to_a_directory_is_an_error(tmp_path):
     with pytest.raises(IsADirectoryError):
         write_output(tmp_path, "x")
+
+
+def test_a_replaced_file_keeps_its_mode(tmp_path):
+    """A private file stays private when a command's -o (or any save) replaces it."""
+    path = tmp_path / "private.txt"
+    path.write_text("old")
+    path.chmod(0o600)
+    write_output(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o600
+
+
+def test_output_file_leaves_the_old_file_when_the_block_fails(tmp_path):
+    """`translate` reading stdin writes its -o through output_file: killed or failing, it has not
+    emptied the old file; a missing directory is made."""
+    path = tmp_path / "out.txt"
+    path.write_text("old\n")
+    with pytest.raises(RuntimeError), output_file(path) as f:
+        f.write("half")
+        f.flush()
+        assert path.read_text() == "old\n"  # nothing of the new output under the name yet
+        raise RuntimeError("killed")
+    assert path.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    with output_file(tmp_path / "new" / "dir" / "out.txt") as f:
+        f.write("line\n")
+    assert (tmp_path / "new" / "dir" / "out.txt").read_text() == "line\n"
+
+
+def test_bytes_through_a_link_and_a_fifo(tmp_path):
+    """Binary output (a plot's PNG) follows write_output's rules: a link stays a link, a FIFO's reader gets it all."""
+    data = bytes(range(256)) * 1000
+    (tmp_path / "real.png").write_bytes(b"old")
+    (tmp_path / "link.png").symlink_to("real.png")
+    write_output(tmp_path / "link.png", data)
+    assert (tmp_path / "real.png").read_bytes() == data and os.readlink(tmp_path / "link.png") == "real.png"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_output(fifo, data)
+    reader.join(timeout=30)
+    assert received == [data]
+
+
+def test_atomic_dir_fills_a_linked_directory_and_keeps_the_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "old.txt").write_text("old")
+    (tmp_path / "out").symlink_to("real")
+    with atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert os.readlink(tmp_path / "out") == "real"
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real"]  # no temporary, no aside copy left
+    with pytest.raises(RuntimeError), atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("failed")
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "real"]
+
+
+def test_read_utf8_names_the_file_and_line_of_a_bad_byte(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_bytes(b"a = 1\nb = 'caf\xe9'\n")
+    with pytest.raises(ValueError, match=r"config\.toml:2: invalid UTF-8"):
+        read_utf8(path)

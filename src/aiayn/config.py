@@ -290,6 +290,8 @@ class SamplingConfig:
         _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         _check(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0,
                f"top_p must be a finite number in (0, 1], got {self.top_p}")
+        _check(self.seed is None or -2**63 <= self.seed < 2**64,  # what torch.Generator.manual_seed takes
+               f"seed must be from -2**63 to 2**64 - 1, got {self.seed}")
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> None:

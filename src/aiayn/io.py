@@ -10,7 +10,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 
 @contextlib.contextmanager
@@ -27,7 +27,7 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; saved files get the usual mode
+        os.chmod(tmp, _mode_for(path))  # mkstemp makes 0600
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -36,29 +36,71 @@ def atomic_write(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_output(path: str | Path, text: str) -> None:
-    """Write `text` (UTF-8) where a command's `-o PATH` points; "-" is stdout.
+def read_utf8(path: str | Path) -> str:
+    """The text of a UTF-8 file; an invalid byte is a ValueError naming the file and line (`utf8_error`)."""
+    raw = Path(path).read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(utf8_error(path, raw, e)) from None
 
-    A regular file, or a path not there yet, is replaced atomically (`atomic_write`). A symlink is
-    followed: its target is written (atomically, when that is a regular file or absent) and the
-    link stays a link. Anything else (a FIFO, a character device) is opened and written through:
-    renaming over it would replace the node itself, and a FIFO's reader would get nothing.
+
+def utf8_error(path: str | Path, data: bytes, e: UnicodeDecodeError) -> str:
+    """"PATH:LINE: invalid UTF-8 (...)" for `e`, raised decoding `data`, the bytes of `path`."""
+    line = data.count(b"\n", 0, e.start) + 1
+    return f"{path}:{line}: invalid UTF-8 ({e.reason} at byte {e.start})"
+
+
+def write_output(path: str | Path, data: str | bytes) -> None:
+    """Write `data` (text as UTF-8) where a command's `-o PATH` points; "-" is stdout (see `output_file`)."""
+    with output_file(path, binary=isinstance(data, bytes)) as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def output_file(path: str | Path, binary: bool = False) -> Iterator[IO]:
+    """An open file (UTF-8 text, or bytes) for a command's `-o PATH`; "-" is stdout.
+
+    A regular file, or a path not there yet, is replaced atomically (`atomic_write`) when the block
+    ends without an error, so a command that fails or is killed leaves the old file as it was. A
+    symlink is followed: its target is written (atomically, when that is a regular file or absent)
+    and the link stays a link. Anything else (a FIFO, a character device) is opened and written
+    through: renaming over it would replace the node itself, and a FIFO's reader would get nothing.
     """
+    mode, encoding = ("wb", None) if binary else ("w", "utf-8")
     if str(path) == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        out = sys.stdout.buffer if binary else sys.stdout
+        yield out
+        out.flush()
         return
     target = Path(path).resolve()  # a dangling link resolves to the path it names
     try:
-        mode = target.stat().st_mode
+        kind = target.stat().st_mode
     except FileNotFoundError:
-        mode = None
-    if mode is None or stat.S_ISREG(mode):
-        with atomic_write(target) as tmp:
-            tmp.write_text(text, encoding="utf-8")
+        kind = None
+    if kind is None or stat.S_ISREG(kind):
+        with atomic_write(target) as tmp, open(tmp, mode, encoding=encoding) as f:
+            yield f
         return
-    with open(target, "w", encoding="utf-8") as f:  # a directory fails here: IsADirectoryError
-        f.write(text)
+    with open(target, mode, encoding=encoding) as f:  # a directory fails here: IsADirectoryError
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path, make: bool = True) -> Iterator[Path]:
+    """Yield a fresh directory beside `path` (made, unless `make` is False for a writer that makes its
+    own) to fill; when the block ends without an error it replaces `path` (`replace_dir`), else it is
+    removed and `path` is left as it was. A symlink is followed: its target is replaced, the link stays."""
+    final = Path(path).resolve()
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if make:
+        tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        replace_dir(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def replace_dir(src: Path, dst: Path) -> None:
@@ -73,6 +115,15 @@ def replace_dir(src: Path, dst: Path) -> None:
     else:
         os.replace(src, dst)
     _fsync_dir(dst.parent)
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits a file saved as `path` gets: those of the file it replaces (a private 0600
+    file stays private), else the usual 0666 less the umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
 
 
 def _umask() -> int:

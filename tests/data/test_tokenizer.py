@@ -149,3 +149,10 @@ def test_bpe_dropout_is_seeded_round_trips_and_splits_more(small_bpe):
 def test_bpe_dropout_needs_a_sentencepiece_vocabulary():
     with pytest.raises(ValueError, match="sentencepiece BPE vocabulary"):
         SymbolTokenizer(["a", "b"]).encode_dropout(["a b"], 0.1, seed=0)
+
+
+@pytest.mark.parametrize("symbols", ['5', '"abc"', '{"a": 1}'])
+def test_a_symbol_vocabulary_that_is_not_a_list_names_its_file(symbols):
+    """A string would otherwise pass as its characters, a number as a TypeError traceback."""
+    with pytest.raises(TokenizerError, match=r"vocab\.symbols\.json: not a symbol vocabulary"):
+        SymbolTokenizer.from_bytes(f'{{"symbols": {symbols}}}'.encode(), source="vocab.symbols.json")

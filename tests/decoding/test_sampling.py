@@ -3,6 +3,7 @@ import torch
 
 from aiayn.config import EOS_ID, SamplingConfig, TransformerConfig
 from aiayn.decoding import filter_logits, greedy_search, sample
+from aiayn.decoding.sampling import sampling_probs
 from aiayn.models.transformer import Transformer
 
 from fake_decoder import A, B_, C, FakeModel
@@ -67,6 +68,16 @@ def test_low_temperature_and_top_k_one_are_greedy():
     greedy = greedy_search(model, src, 1.0, 5)
     assert sample(model, src, SamplingConfig(top_k=1), max_len_b=5, generator=torch.Generator().manual_seed(0)) == greedy
     assert sample(model, src, SamplingConfig(temperature=1e-4, seed=0), max_len_b=5) == greedy
+    # below float32's range, 1/T overflows: the limit, greedy search, and no 0/0 (sampling_probs)
+    assert sample(model, src, SamplingConfig(temperature=1e-300, seed=0), max_len_b=5) == greedy
+
+
+def test_sampling_probs_near_zero_temperature_are_one_hot_and_ties_share():
+    scores = torch.tensor([[0.5, 3.0, -1.0, float("-inf")], [2.0, 2.0, 1.0, 0.0]])
+    probs = sampling_probs(scores, SamplingConfig(temperature=1e-300))
+    torch.testing.assert_close(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0]]), rtol=0, atol=0)
+    warm = sampling_probs(scores, SamplingConfig(temperature=2.0))
+    torch.testing.assert_close(warm, (scores / 2.0).softmax(-1))  # moving the best to 0 changes nothing else
 
 
 def test_seed_in_the_config_makes_sampling_reproducible():

@@ -62,3 +62,11 @@ def test_average_goes_through_the_registry(tmp_path):
     mean = average_checkpoints([tmp_path / "a", tmp_path / "b"])
     assert type(mean) is Transformer
     torch.testing.assert_close(mean.decoder.layers[0].ff.linear1.bias, a.decoder.layers[0].ff.linear1.bias + 0.5)
+
+
+def test_a_config_json_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=20)).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_bytes(path.read_bytes().replace(b"{", b'{"note": "caf\xe9",', 1))
+    with pytest.raises(ValueError, match=r"config\.json:1: invalid UTF-8"):
+        read_config(tmp_path)

@@ -209,3 +209,21 @@ def test_continuous_failures_hit_only_the_bad_request():
         good, bad, fine = run(submit_all(batcher, gate, [(["ok"], None), (["boom"], None), (["fine"], None)]))
         assert good == ["OK"] and fine == ["FINE"] and isinstance(bad, RuntimeError), fail_on
         batcher.close()
+
+
+def test_a_stream_is_never_taken_into_a_waiting_batch():
+    """A stream that comes while a whole-call request with the same options waits for company is
+    decoded on its own, after it: taken into that batch, its answer would go to nobody and the
+    stream would time out. (Should the stream come after the two seconds, the test passes anyway.)"""
+    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=2_000, timeout_s=5),
+                             stream=lambda text, options: iter(text.upper()))
+
+    async def main():
+        whole = asyncio.ensure_future(batcher.submit(["a"]))
+        await asyncio.sleep(0.05)  # the first request now waits for company
+        pieces = [piece async for piece in batcher.stream("bc")]
+        return await whole, pieces
+
+    assert run(main()) == (["A"], ["B", "C"])
+    assert batcher.stats.snapshot(0)["batch_sizes"] == {1: 1}
+    batcher.close()

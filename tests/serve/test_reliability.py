@@ -32,26 +32,62 @@ def post_json(client, path: str, body: bytes):
 
 
 # -- item 4: numbers that are not finite, or not of the field's type ---------------------------
-@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
-@pytest.mark.parametrize("task,path,body", [
+NUMBER_FIELDS = [
     ("translation", "/v1/translate", '{"text": ["a b"], "length_penalty": %s}'),
     ("translation", "/v1/translate", '{"text": ["a b"], "beam_size": %s}'),
     ("lm", "/v1/generate", '{"prompt": "a b", "temperature": %s}'),
+    ("lm", "/v1/generate", '{"prompt": "a b", "top_p": %s}'),
     ("lm", "/v1/generate", '{"prompt": "a b", "seed": %s}'),
+    ("lm", "/v1/generate", '{"prompt": "a b", "seed": %s, "stream": true}'),
     ("lm", "/v1/generate", '{"prompt": "a b", "top_k": %s}'),
     ("image-classify", "/v1/classify", '{"image": [[0.5, %s], [0.5, 0.5]]}'),
-])
+]
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400"])
+@pytest.mark.parametrize("task,path,body", NUMBER_FIELDS)
 def test_a_number_that_is_not_finite_is_a_422(clients, task, path, body, number):
     response = post_json(clients[task], path, (body % number).encode())
     assert response.status_code == 422, response.text
     assert "finite" in response.json()["error"]
 
 
+@pytest.mark.parametrize("number", [10**400, 2**64, -2**63 - 1])
+@pytest.mark.parametrize("task,path,body", NUMBER_FIELDS)
+def test_an_integer_over_64_bits_is_a_422(clients, task, path, body, number):
+    """10**400 overflows a float check; 2**64 is past what torch takes as a seed."""
+    response = post_json(clients[task], path, (body % number).encode())
+    assert response.status_code == 422, response.text
+    assert "64 bits" in response.json()["error"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(clients, content_type, declared):
+    """Refused on its Content-Length, or, sent in chunks without one, once the bytes pass the limit."""
+    limit = ServeLimits().max_body_bytes
+    body = b'{"q": "a"' + b" " * limit + b"}"
+    content = body if declared else iter([body[:limit // 2], body[limit // 2:]])
+    response = clients["translation"].post("/translate", content=content, headers={"content-type": content_type})
+    assert response.status_code == 413 and "request body is over" in response.json()["error"], response.text
+    assert clients["translation"].post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200
+
+
+def test_an_image_of_too_many_patches_or_two_sizes_in_a_request_is_a_422(clients):
+    client = clients["image-classify"]
+    too_big = client.post("/v1/classify", json={"image": [[0.5] * 40] * 40})
+    assert too_big.status_code == 422 and "400 patches" in too_big.json()["error"], too_big.text
+    mixed = client.post("/v1/classify", json={"image": [IMAGE, [[0.5] * 2] * 2]})
+    assert mixed.status_code == 422 and "one size" in mixed.json()["error"], mixed.text
+    assert client.post("/v1/classify", json={"image": [IMAGE, IMAGE]}).status_code == 200
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"seed": 1.5}, "seed must be"),  # was a 500: torch's manual_seed takes no float
     ({"top_k": 2.5}, "top_k must be"),
     ({"prompt": ["a b"]}, "prompt must be a string"),  # was a 500: one prompt per request
-    ({"max_new_tokens": 10 ** 30}, "max_new_tokens must be"),
+    ({"max_new_tokens": 10 ** 30}, "integers must fit in 64 bits"),  # refused as the JSON is read
+    ({"max_new_tokens": 10 ** 12}, "max_new_tokens must be"),
 ])
 def test_generate_refuses_a_value_of_the_wrong_type(clients, fields, message):
     response = clients["lm"].post("/v1/generate", json={"prompt": "a b", "method": "greedy", **fields})

@@ -123,6 +123,10 @@ def test_load_errors_name_the_file(tmp_path):
         ckpt.read_train_state(path)
     with pytest.raises(FileNotFoundError, match="trainer_state.pt"):
         ckpt.read_train_state(tmp_path)
+    for payload in ({"format": 1}, [1, 2], {"state": 3, "optimizer": {}, "rng": []}):  # a torch file, not ours
+        torch.save(payload, path / ckpt.STATE_FILE)
+        with pytest.raises(ValueError, match="trainer_state.pt: not a trainer state"):
+            ckpt.load_checkpoint(path, model, opt)
 
 
 WRITER = textwrap.dedent("""

@@ -51,6 +51,22 @@ def test_saved_config_reads_back_identical(tmp_path):
     assert TrainConfig.from_dict(tomllib.loads(to_toml(cfg))) == cfg
 
 
+def test_strings_with_control_characters_are_saved_as_valid_toml(tmp_path):
+    """A run's saved config.toml is what --resume reads: a newline, a control character, DEL, a
+    quote or a backslash in a string must come back as they went in."""
+    odd = r'in\nput\t\u0001\u007f\"\\é'  # TOML escapes, as --set reads them
+    cfg = load_config(write(tmp_path, GOOD), [f'data.src_lang="{odd}"'])
+    assert cfg.data.src_lang == 'in\nput\t\x01\x7f"\\é'
+    assert load_config(save_config(cfg, tmp_path / "run")) == cfg
+
+
+def test_a_config_file_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    with pytest.raises(ValueError, match=rf"c\.toml:{GOOD.count(chr(10)) + 1}: invalid UTF-8"):
+        load_config(path)
+
+
 @pytest.mark.parametrize("text, overrides, message", [
     (GOOD + "bogus = 1\n", [], r"c.toml: unknown key\(s\) train.bogus; known in \[train\]"),  # no close name
     (GOOD + "max_update = 1\n", [], r"unknown key\(s\) train.max_update \(did you mean train.max_updates\?\)"),

@@ -2,6 +2,7 @@
 issue "Runs that never mix, resume that never corrupts, and clear errors everywhere".
 Items 7-10 (CLI errors, line splitting, --nbest, seeded sampling) are tested beside the commands."""
 
+import json
 import logging
 import os
 import random
@@ -115,6 +116,20 @@ def test_3_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, ca
         result = train(resume_config(run_dir, ["train.max_updates=7"]), resume=True)
     assert "cannot resume from" in caplog.text and latest.name in caplog.text
     assert result.state.step == 7  # from update 3, the checkpoint before the damaged one
+
+
+def test_3_a_metrics_row_cut_short_by_a_crash_does_not_stop_the_resume(tmp_path, caplog):
+    """A kill while a row was appended leaves half a line at the end of metrics.jsonl: the resume
+    drops it (logged) with the rows past the checkpoint, instead of failing on every checkpoint."""
+    run_dir = finished_run(tmp_path)
+    metrics = run_dir / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole + '{"split": "train", "step": 4, "lo')
+    with caplog.at_level(logging.WARNING):
+        result = train(resume_config(run_dir, ["train.max_updates=5"]), resume=True)
+    assert result.state.step == 5 and "not a whole row" in caplog.text
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]  # every line whole again
+    assert rows[:len(whole.splitlines())] == [json.loads(line) for line in whole.splitlines()]
 
 
 def test_4_a_second_training_into_a_locked_run_dir_refuses_naming_the_holder(tmp_path):

@@ -117,11 +117,11 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
         outputs = answer(pipeline, inputs, options)
         write_lines(args.output, [fmt(i, x, y) + "\n" for i, (x, y) in enumerate(zip(inputs, outputs))])
         return 0
+    from aiayn.io import output_file
+
     stdin = stdin_lines()
     chunk = 1 if stdin.isatty() else STDIN_CHUNK
-    to_stdout = args.output in (None, "-")
-    sink = sys.stdout if to_stdout else open(args.output, "w", encoding="utf-8")  # streamed: written through
-    try:
+    with output_file("-" if args.output is None else args.output) as sink:  # a file appears whole, at the end
         done = 0
         while lines := [chomp(line) for line in islice(stdin, chunk)]:
             inputs = parse(pipeline, lines, "<stdin>", done)
@@ -129,9 +129,6 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
             sink.writelines(fmt(done + i, x, y) + "\n" for i, (x, y) in enumerate(zip(inputs, outputs)))
             sink.flush()
             done += len(lines)
-    finally:
-        if sink is not sys.stdout:
-            sink.close()
     return 0
 
 

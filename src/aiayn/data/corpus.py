@@ -19,6 +19,8 @@ from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from aiayn.io import utf8_error
+
 log = logging.getLogger(__name__)
 
 
@@ -119,8 +121,7 @@ def read_text_file(path: str | Path, errors: str = "strict") -> str:
     try:
         text = data.decode("utf-8", errors)
     except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise CorpusError(f"{path}:{line}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise CorpusError(utf8_error(path, data, e)) from None
     return text.removeprefix("\ufeff")
 
 

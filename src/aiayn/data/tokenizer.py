@@ -255,6 +255,8 @@ class SymbolTokenizer(Tokenizer):
             symbols = obj["symbols"]
         except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise TokenizerError(f"{source}: not a symbol vocabulary ({e})") from None
+        if not isinstance(symbols, list):  # a string would be taken as its characters
+            raise TokenizerError(f"{source}: not a symbol vocabulary (symbols is {type(symbols).__name__}, not a list)")
         return cls(symbols, source=source)
 
     @property

@@ -38,6 +38,15 @@ def filter_logits(logits: Tensor, top_k: int, top_p: float) -> Tensor:
     return logits
 
 
+def sampling_probs(scores: Tensor, config: SamplingConfig) -> Tensor:
+    """softmax(scores / temperature) over the tokens `filter_logits` keeps: (N, V) -> (N, V) float32.
+    The best score is moved to 0 first and stays there, so a temperature near 0 (1e-300, below float32's
+    range) gives greedy search's one-hot, the limit, rather than 0/0."""
+    shifted = scores.float() - scores.float().amax(-1, keepdim=True)  # (N, V), the best at 0
+    scaled = torch.where(shifted < 0, shifted / config.temperature, 0.0)
+    return filter_logits(scaled, config.top_k, config.top_p).softmax(-1)
+
+
 def sample(model: Decodable, src: Tensor, config: SamplingConfig | None = None,
            generator: torch.Generator | None = None, max_len_a: float | None = None,
            max_len_b: int | None = None, min_len: int = 0,
@@ -59,7 +68,7 @@ def sample(model: Decodable, src: Tensor, config: SamplingConfig | None = None,
         generator = torch.Generator(device=src.device).manual_seed(cfg.seed)
 
     def pick(scores: Tensor, rows: Tensor) -> Tensor:  # (N, V), (N,) -> (N,)
-        probs = filter_logits(scores.float() / cfg.temperature, cfg.top_k, cfg.top_p).softmax(-1)  # (N, V)
+        probs = sampling_probs(scores, cfg)  # (N, V)
         if generators is None:
             return torch.multinomial(probs, 1, generator=generator).squeeze(1)
         return torch.cat([torch.multinomial(p, 1, generator=generators[r]) for p, r in zip(probs, rows.tolist())])

@@ -20,7 +20,7 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID, DecodeConfig, SamplingConfig
 from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, output_limits
 from aiayn.decoding.interface import Decodable
-from aiayn.decoding.sampling import filter_logits
+from aiayn.decoding.sampling import sampling_probs
 
 Pick = Callable[[Tensor], int]  # scores (1, V) -> the chosen id
 
@@ -30,9 +30,9 @@ def pick_greedy(scores: Tensor) -> int:
 
 
 def pick_sample(config: SamplingConfig, generator: torch.Generator | None = None) -> Pick:
-    """One draw from softmax(scores / temperature), filtered as `sampling.sample` filters."""
+    """One draw from `sampling.sampling_probs`, as `sampling.sample` draws."""
     def pick(scores: Tensor) -> int:
-        probs = filter_logits(scores.float() / config.temperature, config.top_k, config.top_p).softmax(-1)  # (1, V)
+        probs = sampling_probs(scores, config)  # (1, V)
         return int(torch.multinomial(probs, 1, generator=generator))
     return pick
 

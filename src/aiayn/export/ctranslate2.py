@@ -27,8 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -66,21 +64,16 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"cannot export {model_dir}: unknown quantization {quantization!r} "
                          f"(choose from {', '.join(QUANTIZATIONS)})")
-    from aiayn.io import replace_dir
+    from aiayn.io import atomic_dir
 
     ct2 = require_ctranslate2()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_destination(out_dir)
     model, tokenizers, info = _read_model_dir(model_dir)
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with atomic_dir(out_dir, make=False) as tmp:  # CTranslate2's converter makes the directory
         convert_transformer(model, tmp, quantization, _pieces(tokenizers.src, model_dir),
                             _pieces(tokenizers.tgt, model_dir))
         _write_extras(tmp, tokenizers, info, _manifest(model_dir, model, quantization, info, ct2.__version__))
-        replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     log.info("exported %s to %s (CTranslate2, %s)", model_dir, out_dir, quantization)
     return out_dir
 

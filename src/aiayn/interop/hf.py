@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-import shutil
 from pathlib import Path
 
 from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file
@@ -107,15 +105,9 @@ def _family_of(model, model_dir: Path):
 def _write_dir(out: Path, write) -> None:
     """`write(tmp)` fills a directory beside `out`, which then replaces `out`: a model directory
     (config.json) or an empty one; anything else there is an error."""
-    from aiayn.io import replace_dir
+    from aiayn.io import atomic_dir
 
     if out.exists() and not (out / "config.json").is_file() and (not out.is_dir() or any(out.iterdir())):
         raise FileExistsError(f"{out}: exists and is not a model directory; remove it or choose another")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_dir(out) as tmp:
         write(tmp)
-        replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import torch
 
 from aiayn.config import ConfigError
+from aiayn.io import read_utf8
 from aiayn.models.base import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel
 from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
@@ -50,7 +51,7 @@ def read_config(directory: str | Path) -> tuple[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; is {directory} a model directory?")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_utf8(path))
         model_type = data.pop(MODEL_TYPE_KEY, DEFAULT_MODEL_TYPE)
         return model_type, model_class(model_type).config_class.from_dict(data)
     except (json.JSONDecodeError, TypeError, AttributeError, ConfigError) as e:

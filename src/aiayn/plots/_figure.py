@@ -13,7 +13,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
-from aiayn.io import atomic_write
+from aiayn.io import output_file
 
 DPI = 100
 DEFAULT_SIZE = (1000, 700)  # pixels (width, height)
@@ -32,8 +32,8 @@ def new_figure(size: tuple[int, int] = DEFAULT_SIZE, dpi: int = DPI) -> Figure:
 def save_png(fig: Figure, path: str | Path) -> Path:
     """Write `fig` as a PNG at its own size and dpi (no tight bbox, so the pixel size is exact)."""
     path = Path(path)
-    with atomic_write(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=fig.dpi)
+    with output_file(path, binary=True) as f:  # a link, FIFO or device is written through
+        fig.savefig(f, format="png", dpi=fig.dpi)
     return path
 
 

@@ -21,8 +21,9 @@ Backends: "native" decodes with aiayn itself; a text-to-text pipeline also takes
 (a directory written by `aiayn export ctranslate2`), which has no attention weights.
 
 Limits (`ServeLimits`) turn bad input into a 4xx that hurts nobody else: 413 for text over
-`max_chars` or more than `max_texts` texts, 422 for a wrong type, an empty text or an unknown
-field or a number that is not finite, 400 for malformed JSON or JSON nested over 16 deep, 403 for
+`max_chars`, more than `max_texts` texts or a body over `max_body_bytes`, 422 for a wrong type, a
+request with no text that is not empty (an empty one among others answers ""), an unknown field or
+a number that is not finite or not within 64 bits, 400 for malformed JSON or JSON nested over 16 deep, 403 for
 a wrong or missing api key when the server has one, 429 (with Retry-After) for a key over its
 limits, 503 (with Retry-After) when the queue is full or the decoder process died, 504 after the
 request timeout. An error repeats at most 300 characters of the request. A client that has not
@@ -145,7 +146,7 @@ def add_route(app, served: list, keys: KeyRing) -> None:
     handler = getattr(first_service.pipeline, first.handler)
 
     async def endpoint(request: Request):
-        fields = await request_fields(request)
+        fields = await request_fields(request, first_service.limits.max_body_bytes)
         service, route = next(((s, r) for s, r in served if s.pipeline.accepts(fields)), served[0])
         if route.runs_model:
             keys.check(given_key(request, fields), fields)
@@ -197,9 +198,11 @@ async def until_disconnected(request, work):
         await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch.cancel()
-        if not task.done():
-            task.cancel()
-    if task.cancelled():
+        gone = not task.done()
+        if gone:
+            task.cancel()  # a future is cancelled at once; a coroutine's task at its next await
+    if gone:
+        await asyncio.gather(task, return_exceptions=True)  # the cancellation lands before the answer
         log.info("%s %s: the client went away; its work was dropped", request.method, request.url.path)
         return Response(status_code=499)  # nginx's "client closed request": for the access log and /metrics only
     return task.result()

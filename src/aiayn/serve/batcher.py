@@ -338,8 +338,8 @@ class DynamicBatcher:
             self._set_in_flight(0)
 
     def _admit(self, options: Hashable, room: int, first: bool) -> list[_Request]:
-        """Queued requests to join a running session: from the head, while they have `options`
-        and fit in `room` texts (the first request of a session always fits)."""
+        """Queued requests to join a running session: from the head, while they are whole-call
+        requests (not streams) with `options` that fit in `room` texts (the first of a session always fits)."""
         taken: list[_Request] = []
         with self.cond:
             while self.queue:
@@ -347,8 +347,8 @@ class DynamicBatcher:
                 if r.cancelled:
                     self.queue.popleft()
                     continue
-                if r.options != options or (len(r.texts) > room and not (first and not taken)):
-                    break
+                if r.pieces is not None or r.options != options or (len(r.texts) > room and not (first and not taken)):
+                    break  # a stream is decoded on its own, in its turn
                 taken.append(self.queue.popleft())
                 room -= len(r.texts)
         return taken
@@ -375,7 +375,7 @@ class DynamicBatcher:
 
     def _take_matching(self, options: Hashable, room: int) -> _Request | None:
         for i, r in enumerate(self.queue):
-            if not r.cancelled and r.options == options and len(r.texts) <= room:
+            if not r.cancelled and r.pieces is None and r.options == options and len(r.texts) <= room:
                 del self.queue[i]
                 return r
         return None

@@ -39,6 +39,12 @@ class ServeLimits(InputLimits):
     # client sending half a request, a byte at a time, held a connection open indefinitely.
     receive_timeout_s: float = 20.0
 
+    @property
+    def max_body_bytes(self) -> int:
+        """The most bytes a request body may hold: `max_texts` texts of `max_chars` characters, each
+        written as JSON's longest escape (6 bytes, \\uXXXX), and room for images (4 MiB at least)."""
+        return max(4 << 20, 6 * self.max_texts * self.max_chars + (64 << 10))
+
     def __post_init__(self) -> None:
         if not 0 < self.keep_alive_s < float("inf"):  # NaN fails too
             raise ValueError(f"the keep-alive must be a positive number of seconds, got {self.keep_alive_s}")

@@ -22,10 +22,11 @@ class HTTPProblem(RequestError):
 MAX_JSON_DEPTH = 16  # brackets nested in a JSON body; a request here needs 4 (images: a list of rows of numbers)
 
 
-async def request_fields(request) -> dict[str, Any]:
+async def request_fields(request, max_bytes: int) -> dict[str, Any]:
     """The fields of a request however they came: query parameters, then a JSON body or form
-    fields on top. A list in a form or query comes as repeated fields."""
-    from starlette.requests import ClientDisconnect
+    fields on top. A list in a form or query comes as repeated fields. A body over `max_bytes` is
+    refused (413) before it is parsed, and read no further than that."""
+    from starlette.requests import ClientDisconnect, Request
 
     fields: dict[str, Any] = {}
     for key in request.query_params:
@@ -34,9 +35,14 @@ async def request_fields(request) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "")
     try:
         if "application/json" in content_type:
-            fields.update(parse_json_body(await request.body()))
+            fields.update(parse_json_body(await bounded_body(request, max_bytes)))
         elif "form" in content_type:
-            form = await request.form()
+            body = await bounded_body(request, max_bytes)
+
+            async def replay():
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            form = await Request(request.scope, replay).form()
             for key in form:
                 values = form.getlist(key)
                 fields[key] = values if len(values) > 1 else values[0]
@@ -45,15 +51,31 @@ async def request_fields(request) -> dict[str, Any]:
     return fields
 
 
+async def bounded_body(request, max_bytes: int) -> bytes:
+    """The request's body, or a 413 as soon as its Content-Length or the bytes received pass `max_bytes`."""
+    too_large = HTTPProblem(413, f"the request body is over {max_bytes:,} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def parse_json_body(body: bytes) -> dict:
     """A JSON object whose numbers are all finite (json.loads reads NaN, Infinity and 1e400 as floats
-    that no check expects) and whose brackets nest at most `MAX_JSON_DEPTH` deep (the depth is
+    that no check expects), whose integers fit in 64 bits, and whose brackets nest at most `MAX_JSON_DEPTH` deep (the depth is
     measured before parsing: 100,000 brackets would end json.loads in a RecursionError)."""
     depth = json_depth(body)
     if depth > MAX_JSON_DEPTH:
         raise HTTPProblem(400, f"the JSON body nests {depth} brackets deep; at most {MAX_JSON_DEPTH}")
     try:
-        parsed = json.loads(body or b"{}", parse_constant=_not_finite, parse_float=_finite_float)
+        parsed = json.loads(body or b"{}", parse_constant=_not_finite, parse_float=_finite_float,
+                            parse_int=_bounded_int)
     except HTTPProblem:
         raise
     except (ValueError, RecursionError) as e:  # JSONDecodeError, bad UTF-8, an integer of over 4,300 digits
@@ -64,15 +86,16 @@ def parse_json_body(body: bytes) -> dict:
 
 
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # brackets inside strings do not nest
-_BRACKET_STEP = np.zeros(256, dtype=np.int64)
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
 _BRACKET_STEP[list(b"[{")], _BRACKET_STEP[list(b"]}")] = 1, -1
 _BRACKET_STEP.flags.writeable = False  # a constant table
 
 
 def json_depth(body: bytes) -> int:
     """How deep the brackets of a JSON text nest, outside its strings (0 for a bare value)."""
-    steps = _BRACKET_STEP[np.frombuffer(_JSON_STRING.sub(b"", body), dtype=np.uint8)]
-    return int(np.cumsum(steps).max(initial=0))
+    steps = _BRACKET_STEP[np.frombuffer(_JSON_STRING.sub(b"", body), dtype=np.uint8)]  # a byte per byte
+    steps = steps[steps != 0]  # the brackets alone
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
 def _not_finite(name: str):
@@ -83,6 +106,14 @@ def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise HTTPProblem(422, f"{text[:20]} in the JSON body is too large: numbers must be finite")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON integer within 64 bits: no field takes more, and 10**400 would overflow every float check."""
+    value = int(text)
+    if not -2**63 <= value < 2**64:
+        raise HTTPProblem(422, f"{text[:20]}... in the JSON body is too large: integers must fit in 64 bits")
     return value
 
 

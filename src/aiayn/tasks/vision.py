@@ -94,7 +94,8 @@ class ImageClassifier(Classifier):
         return cls(load_model(model_dir, device=device), info["labels"], int(info["patch_size"]))
 
     def prepare(self, images: Sequence) -> list[np.ndarray]:
-        """Images -> (N, p²) patches each; an image that is not a grid of numbers in [0, 1] is an error."""
+        """Images -> (N, p²) patches each. An image that is not a grid of numbers in [0, 1], one of more
+        patches than the model has positions, or images of two sizes in one call are errors."""
         out = []
         wrong = RequestError("an image is a list of pixel rows, each a list of numbers in [0, 1]")
         for image in images:
@@ -105,10 +106,20 @@ class ImageClassifier(Classifier):
             if pixels.ndim != 2 or not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 1:
                 raise wrong
             try:
-                out.append(patches(pixels[None], self.patch_size)[0])
+                out.append(patches(pixels[None], self.patch_size)[0])  # (N, p²)
             except ValueError as e:
                 raise RequestError(str(e)) from None
+            self._check_size(out[-1], out[0], pixels.shape)
         return out
+
+    def _check_size(self, cut: np.ndarray, first: np.ndarray, shape: tuple) -> None:
+        """An image's patches (N, p²) fit the model's positions ([CLS] is one) and match the first image's."""
+        most = self.model.config.max_positions - 1
+        if len(cut) > most:
+            raise RequestError(f"a {shape[0]}x{shape[1]} image makes {len(cut)} patches of {self.patch_size}x"
+                               f"{self.patch_size}; this model takes at most {most}")
+        if cut.shape != first.shape:
+            raise RequestError("the images of one request must be one size")
 
     def run(self, items: list, progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
         refuse_options(self.task, options)

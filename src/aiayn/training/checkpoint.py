@@ -191,9 +191,13 @@ def _read_payload(path: Path, mmap: bool = False) -> dict:
     if not state_path.is_file():
         raise FileNotFoundError(f"{state_path}: not found; is {path} a checkpoint directory?")
     try:
-        return torch.load(state_path, map_location="cpu", weights_only=True, mmap=mmap)
+        payload = torch.load(state_path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # truncated / not a torch file
         raise ValueError(f"{state_path}: cannot read trainer state ({e})") from e
+    missing = [k for k in ("state", "optimizer", "rng") if not isinstance(payload, dict) or k not in payload]
+    if missing or not isinstance(payload["state"], dict):  # a torch file, but not one the trainer wrote
+        raise ValueError(f"{state_path}: not a trainer state (no {', '.join(missing or ['state'])})")
+    return payload
 
 
 def _train_state(payload: dict) -> TrainState:

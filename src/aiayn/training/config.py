@@ -18,6 +18,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import dataclasses
+import json
 import logging
 import math
 import tomllib
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types, did_you_mean
-from aiayn.io import atomic_write
+from aiayn.io import atomic_write, read_utf8
 from aiayn.models import DEFAULT_MODEL_TYPE
 from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
 
@@ -255,7 +256,7 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
+            data = tomllib.loads(read_utf8(path))  # a bad byte: a ValueError naming the file and line
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from None
     for item in overrides:
@@ -300,8 +301,8 @@ def _toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v) if not (isinstance(v, float) and math.isinf(v)) else ("inf" if v > 0 else "-inf")
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, str):  # a JSON string is a TOML basic string, once DEL is escaped too (TOML §String)
+        return json.dumps(v, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {v!r} as TOML")

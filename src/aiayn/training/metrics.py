@@ -15,6 +15,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from aiayn.io import atomic_write
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -30,13 +32,15 @@ class MetricsWriter:
         self._tb: Optional[Any] = None  # opened at the first row: a resumed, finished run writes nothing
 
     def truncate_after(self, step: int) -> None:
-        """Drop rows newer than `step` (after resuming from a checkpoint at `step`)."""
+        """Drop rows newer than `step` (after resuming from a checkpoint at `step`), and a row cut
+        short by a crash while it was appended (logged): the file is rewritten atomically."""
         if not self.enabled or not self.path.is_file():
             return
-        rows = [line for line in self.path.read_text().splitlines() if line.strip()]
-        kept = [r for r in rows if json.loads(r).get("step", 0) <= step]
+        rows = [line for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        kept = [r for r in rows if (row := _row(r, self.path)) is not None and row.get("step", 0) <= step]
         if len(kept) != len(rows):
-            self.path.write_text("".join(r + "\n" for r in kept))
+            with atomic_write(self.path) as tmp:
+                tmp.write_text("".join(r + "\n" for r in kept), encoding="utf-8")
 
     def write(self, row: dict[str, Any]) -> None:
         if not self.enabled:
@@ -60,6 +64,18 @@ class MetricsWriter:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _row(line: str, path: Path) -> Optional[dict]:
+    """A metrics row, or None (logged) for a line that is not one: the end of a row a crash cut short."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        row = None
+    if not isinstance(row, dict):
+        log.warning("%s: dropped a line that is not a whole row (a crash while it was written?): %.80s", path, line)
+        return None
+    return row
 
 
 def _tensorboard_writer(directory: Path) -> Optional[Any]:
