@@ -38,16 +38,22 @@ def test_saved_files_get_the_usual_mode(tmp_path):
     assert (tmp_path / "f.txt").stat().st_mode & 0o777 == 0o666 & ~mask
 
 
-def test_write_output_through_a_fifo_larger_than_its_buffer(tmp_path):
-    """1 MiB through a FIFO (whose buffer holds 64 KiB) arrives whole at the reader."""
-    fifo, text = tmp_path / "out", "0123456789abcdé\n" * 70_000
+def through_a_fifo(fifo, data) -> bytes:
+    """What a reader of the new FIFO `fifo` receives while write_output writes `data` to it."""
     os.mkfifo(fifo)
     received = []
     reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
     reader.start()
-    write_output(fifo, text)
+    write_output(fifo, data)
     reader.join(timeout=30)
-    assert received == [text.encode("utf-8")] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still a FIFO
+    return received[0]
+
+
+def test_write_output_through_a_fifo_larger_than_its_buffer(tmp_path):
+    """1 MiB through a FIFO (whose buffer holds 64 KiB) arrives whole at the reader."""
+    text = "0123456789abcdé\n" * 70_000
+    assert through_a_fifo(tmp_path / "out", text) == text.encode("utf-8")
 
 
 def test_write_output_follows_a_chain_of_links_to_a_regular_file(tmp_path):
@@ -97,14 +103,7 @@ def test_bytes_through_a_link_and_a_fifo(tmp_path):
     (tmp_path / "link.png").symlink_to("real.png")
     write_output(tmp_path / "link.png", data)
     assert (tmp_path / "real.png").read_bytes() == data and os.readlink(tmp_path / "link.png") == "real.png"
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    received = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
-    reader.start()
-    write_output(fifo, data)
-    reader.join(timeout=30)
-    assert received == [data]
+    assert through_a_fifo(tmp_path / "fifo", data) == data
 
 
 def test_atomic_dir_fills_a_linked_directory_and_keeps_the_link(tmp_path):
