@@ -3,6 +3,8 @@ the classify door."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -63,6 +65,19 @@ def test_export_gives_aiayns_logits_and_round_trip_tensors(bert_dirs, bert_mlm_d
     out = export_hf(ours, tmp_path / "back")
     assert_same_tensors(hf_dir, out)
     (_compare_mlm if mlm else _compare_classifier)(*_hf(out, mlm), ours)
+
+
+def test_export_refuses_an_mlm_model_with_a_relu_ffn(bert_mlm_dirs, tmp_path):
+    """Its MLM head's GELU and its FFN's ReLU are two activations; BERT's hidden_act is one."""
+    import shutil
+
+    _, ours = bert_mlm_dirs
+    relu = shutil.copytree(ours, tmp_path / "relu")
+    config = json.loads((relu / "config.json").read_text())
+    (relu / "config.json").write_text(json.dumps({**config, "activation": "relu"}))
+    with pytest.raises(ValueError, match="activation = 'relu' has no BERT counterpart in an MLM model"):
+        export_hf(relu, tmp_path / "back")
+    assert not (tmp_path / "back").exists()
 
 
 def test_tokenizer_ids_equal_berts_on_1000_lines(bert_dirs):

@@ -184,13 +184,14 @@ def test_unmapped_config_field_is_refused_in_one_line(marian_dirs, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("option, value", [("copy_attention", True), ("source_positions", "end"),
-                                           ("norm_first", True)])
-def test_export_refuses_options_without_a_marian_counterpart(tmp_path, option, value):
+@pytest.mark.parametrize("option, value, more", [("copy_attention", True, {}), ("source_positions", "end", {}),
+                                                 ("norm_first", True, {}),
+                                                 ("source_units", "sentences", {"sentence_ends": (5,)})])
+def test_export_refuses_options_without_a_marian_counterpart(tmp_path, option, value, more):
     from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 
     tok = SymbolTokenizer(["a", "b", "c"])
-    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=tok.vocab_size, **{option: value}))
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=tok.vocab_size, **{option: value}, **more))
     model.save_pretrained(tmp_path / "m")
     save_tokenizers(TokenizerPair.shared(tok), tmp_path / "m")
     with pytest.raises(ValueError, match=rf"{option} = {value!r} has no Marian counterpart"):

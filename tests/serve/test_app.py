@@ -86,9 +86,11 @@ def test_native_api_keeps_the_models_decoding_settings_for_fields_left_out(clien
         assert got["text"] == pipeline.run([SENTENCE], **fields)[0]
     # this random model runs to its limit, so min_len cannot show in an output: the options the route passes on
     given = NativeRequest.read({"text": [SENTENCE], "min_len": 4, "beam_size": 2}, ServeLimits()).decode_options()
-    assert given == {"method": "beam", "beam_size": 2, "min_len": 4}  # a beam_size alone asks for beam search
-    assert NativeRequest.read({"text": [SENTENCE], "method": "greedy", "beam_size": 2}, ServeLimits()).decode_options() \
-        == {"method": "greedy", "beam_size": 2}
+    assert given == {"beam_size": 2, "min_len": 4}
+    decode, _ = pipeline.translator.settings(given)
+    assert (decode.method, decode.beam_size, decode.min_len) == ("beam", 2, 4)  # a beam_size alone asks for beam search
+    greedy = NativeRequest.read({"text": [SENTENCE], "method": "greedy", "beam_size": 2}, ServeLimits()).decode_options()
+    assert pipeline.translator.settings(greedy)[0].method == "greedy"
     refused = client.post("/v1/translate", json={"text": [SENTENCE], "min_len": -1})
     assert refused.status_code == 422 and "min_len must be" in refused.json()["error"]
 

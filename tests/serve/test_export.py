@@ -140,7 +140,9 @@ def test_errors_name_the_file(model_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=f"{rnn / 'config.json'}.*only the Transformer encoder-decoder"):
         export_ctranslate2(rnn, tmp_path / "out")
     for name, setting, what in [("from-end", {"source_positions": "end"}, "counted from the end"),
-                                ("copies", {"copy_attention": True}, "copy attention has no CTranslate2")]:
+                                ("copies", {"copy_attention": True}, "copy attention has no CTranslate2"),
+                                ("sentences", {"source_units": "sentences", "sentence_ends": (5,)},
+                                 "sentences as source units has no CTranslate2")]:
         unsupported = make_model_dir(tmp_path / name, **setting)
         with pytest.raises(ValueError, match=f"{unsupported / 'config.json'}.*{what}"):
             export_ctranslate2(unsupported, tmp_path / "out")

@@ -41,6 +41,22 @@ def test_translation(tmp_path, capsys):
     assert [t["text"] for t in native["translations"]] == python
 
 
+def test_a_beam_size_alone_asks_for_beam_search_in_every_door(tmp_path, capsys):
+    """The model's task.json says greedy (tiny_model's); a beam_size without a method means beam
+    search through the CLI, Python and HTTP alike (fairseq's --beam, Hugging Face's num_beams)."""
+    directory = tiny_model(tmp_path / "m", "translation")
+    lines = ["a b c d", "e f", "g h i j k l", "l k j", "b b b c"]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in lines))
+    beam = load_pipeline(directory)(lines, method="beam", beam_size=3)
+    assert beam != load_pipeline(directory)(lines)  # the model's own greedy search answers otherwise
+    assert load_pipeline(directory)(lines, beam_size=3) == beam
+    assert cli(capsys, "translate", directory, "-i", tmp_path / "in.txt", "--beam-size", "3").splitlines() == beam
+    native = http(directory, "/v1/translate", {"text": lines, "beam_size": 3})
+    assert [t["text"] for t in native["translations"]] == beam
+    two = cli(capsys, "translate", directory, "-i", tmp_path / "in.txt", "--beam-size", "3", "--nbest", "2")
+    assert len(two.splitlines()) == 2 * len(lines)
+
+
 def test_summarization(tmp_path, capsys):
     directory = tiny_model(tmp_path / "m", "summarization", keep="start", max_input_tokens=6)
     texts = ["a b\n c d e f g h i", "j k"]  # a line break inside a text: the pipeline flattens it
@@ -88,6 +104,9 @@ def test_classification(tmp_path, capsys):
     assert lines == [f"{label}\t{p:.4f}" for label, p in python]
     served = http(directory, "/v1/classify", {"text": texts})["labels"]
     assert [(x["label"], x["probability"]) for x in served] == python
+    assert load_pipeline(directory, max_input_tokens=2)(texts[:1]) == load_pipeline(directory)(["a b"])  # honoured
+    with pytest.raises(ValueError, match="a classify model has no batch_tokens option"):
+        load_pipeline(directory, batch_tokens=5)  # not silently ignored
 
 
 def test_image_classification(tmp_path, capsys):
@@ -107,3 +126,18 @@ def test_a_command_on_another_tasks_model_names_the_command_that_fits(tmp_path, 
     (tmp_path / "in.txt").write_text("a b\n")
     assert main(["translate", str(directory), "-i", str(tmp_path / "in.txt")]) == 2
     assert capsys.readouterr().err.strip().endswith("a qa model, which `aiayn translate` does not run; use `aiayn answer`")
+
+
+@pytest.mark.parametrize("task,command,edit,message", [
+    ("classify", "classify", lambda info: info.pop("labels"), "task.json: no labels"),
+    ("translation", "translate", lambda info: info["decode"].update(beam_size=0), "task.json: bad decode settings"),
+])
+def test_a_bad_task_json_is_one_line_naming_its_path(tmp_path, capsys, task, command, edit, message):
+    directory = tiny_model(tmp_path / "m", task)
+    info = json.loads((directory / "task.json").read_text())
+    edit(info)
+    (directory / "task.json").write_text(json.dumps(info))
+    (tmp_path / "in.txt").write_text("a b\n")
+    assert main([command, str(directory), "-i", str(tmp_path / "in.txt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"{directory / message}" in err and len(err.splitlines()) == 1, err

@@ -108,8 +108,12 @@ class TextTranslator:
         return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
 
     def settings(self, overrides: dict, nbest: int | None = None) -> tuple[DecodeConfig, SamplingConfig]:
-        """The decoding and sampling settings of a call: the defaults with `overrides` (None keeps a field)."""
+        """The decoding and sampling settings of a call: the defaults with `overrides` (None keeps a field).
+        A beam_size given without a method asks for beam search, whatever the default method (as
+        fairseq's --beam and Hugging Face's num_beams do): the CLI, Python and HTTP read it alike."""
         given = {k: v for k, v in overrides.items() if v is not None}
+        if "beam_size" in given:
+            given.setdefault("method", "beam")
         sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
         decode = dataclasses.replace(self.decode, **given)
         if nbest is not None:

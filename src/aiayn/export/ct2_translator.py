@@ -84,7 +84,7 @@ class CT2Translator(TextTranslator):
         kind, _, index = str(device).partition(":")
         engine = ct2.Translator(str(export_dir), device=kind, device_index=int(index or 0),
                                 compute_type=compute_type, intra_threads=threads)
-        options = {**translator_options(read_task_info(export_dir)), **{k: v for k, v in kwargs.items() if v is not None}}
+        options = {**translator_options(read_task_info(export_dir), export_dir), **{k: v for k, v in kwargs.items() if v is not None}}
         return cls(engine, load_tokenizers(export_dir), manifest["positions"], **options)
 
     @property

@@ -113,6 +113,7 @@ def _read_model_dir(model_dir: Path):
         "additive attention": (config.attention_score == "additive", "attention_score 'scaled_dot' and 'dot'"),
         "source positions counted from the end": (config.source_positions != "start", "source_positions 'start'"),
         "copy attention": (config.copy_attention, "copy_attention false"),
+        "sentences as source units": (config.source_units != "tokens", "source_units 'tokens'"),
     }
     for what, (found, exports) in unsupported.items():
         if found:

@@ -117,6 +117,9 @@ def export_model(model, tokenizers, info: dict, where: str) -> Exported:
         "scale_embeddings": (cfg.scale_embeddings, False), "embedding_norm": (cfg.embedding_norm, True),
         "attention_score": (cfg.attention_score, "scaled_dot"), "pooler": (cfg.pooler, classify),
         "logits_bias": (cfg.logits_bias, not classify), "type_vocab_size > 0": (cfg.type_vocab_size > 0, True)})
+    if cfg.activation == "relu" and not classify:  # as import refuses it
+        raise Unsupported(f"{where}: activation = 'relu' has no BERT counterpart in an MLM model: BERT's one "
+                          "hidden_act acts in the MLM head too, where aiayn's model uses GELU beside a ReLU FFN")
     tokenizer = HFTokenizer.of(tokenizers, where, "BERT")
     ids = tokenizer.ids
     labels = info.get("labels") or []

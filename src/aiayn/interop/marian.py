@@ -160,6 +160,7 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
     cfg: TransformerConfig = model.config
     refuse_options(where, "Marian", {
         "copy_attention": (cfg.copy_attention, False), "source_positions": (cfg.source_positions, "start"),
+        "source_units": (cfg.source_units, "tokens"),
         "norm_first": (cfg.norm_first, False), "positional": (cfg.positional, "sinusoidal"),
         "attention_score": (cfg.attention_score, "scaled_dot"), "layer_norm_eps": (cfg.layer_norm_eps, LAYER_NORM_EPS)})
     src, tgt, files = _export_tokenizers(tokenizers, cfg, where, info)

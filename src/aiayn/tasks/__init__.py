@@ -96,9 +96,10 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     pipeline = task_class(task).pipeline
     if backend not in pipeline.backends:
         raise ValueError(f"{model_dir}: a {task} model runs on the {' or '.join(pipeline.backends)} backend, not {backend}")
-    foreign = [k for k in ("precision", "quantize") if options.get(k) is not None and k not in pipeline.decoder_options]
+    foreign = sorted(k for k, v in options.items() if v is not None and k not in pipeline.load_options)
     if foreign:
-        raise ValueError(f"{model_dir}: a {task} model has no {' or '.join(foreign)} option (an encoder-decoder's)")
+        takes = f"it takes {', '.join(pipeline.load_options)}" if pipeline.load_options else "it takes none"
+        raise ValueError(f"{model_dir}: a {task} model has no {' or '.join(foreign)} option ({takes})")
     if backend != "native":
         options["backend"] = backend
     return pipeline.from_pretrained(model_dir, device=device, **options)

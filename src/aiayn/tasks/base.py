@@ -103,6 +103,15 @@ def write_task_info(model_dir: str | Path, info: dict) -> None:
         tmp.write_text(json.dumps(info, indent=2) + "\n")
 
 
+def task_field(info: dict, model_dir: str | Path, name: str, kind: type, what: str):
+    """task.json's `name` (`info`: as `read_task_info` read it), which must be a `kind`; its absence or
+    another type is a ValueError naming the file and saying what it should hold (`what`)."""
+    value = info.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise ValueError(f"{Path(model_dir) / TASK_FILE}: no {name} ({what})")
+    return value
+
+
 def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     """The model directory's task.json ({} for a directory written before it existed: a translation
     model). A path that is not a model directory (no config.json) is an error saying so; with

@@ -37,7 +37,7 @@ from aiayn.data.records import record_file
 from aiayn.data.tokenizer import TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.decoding.common import input_tokens, pad_sources
 from aiayn.models.base import eval_mode
-from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
+from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, task_field, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import Pipeline, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, check_fraction, check_positive
@@ -132,6 +132,11 @@ class ClassifyData(VocabSettings, SplitSettings):
         check_fraction("carve_fraction", self.carve_fraction)
 
 
+def labels_of(info: dict, model_dir: str | Path) -> list[str]:
+    """The class names in `model_dir`'s task.json (`info`); their absence is an error naming the file."""
+    return task_field(info, model_dir, "labels", list, "the class names, a list")
+
+
 class Classifier(Pipeline):
     """`Classifier.from_pretrained(DIR).classify(texts)` (or `load_pipeline(DIR)(texts)`) ->
     [(label, probability)] per text. A CLI output line is `label<TAB>probability`."""
@@ -139,17 +144,20 @@ class Classifier(Pipeline):
     task, command, metric = "classify", "classify", "accuracy"
     routes = (Route("POST", "/v1/classify", "classify_route", "classify texts",
                     example='{"text": "a text to classify"}'),)
+    load_options = ("max_input_tokens",)
 
     def __init__(self, model, tokenizer, labels: list[str], max_length: int):
         self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **options) -> "Classifier":
+    def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu",
+                        max_input_tokens: int | None = None) -> "Classifier":
+        """`max_input_tokens`, when not None, wins over task.json's."""
         from aiayn.models import load_model
 
         info = read_task_info(model_dir, expect=cls.task)
-        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, info["labels"],
-                   info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens)))
+        limit = max_input_tokens or info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens))
+        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, labels_of(info, model_dir), limit)
 
     def run(self, texts: list[str], progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
         refuse_options(self.task, options)
@@ -275,7 +283,7 @@ class ClassifyTask:
 
     def restore(self, model_dir: Path) -> None:
         """Labels and vocabulary from a finished model directory, and the test split (for `test`)."""
-        self.labels = read_task_info(model_dir, expect=self.name)["labels"]
+        self.labels = labels_of(read_task_info(model_dir, expect=self.name), model_dir)
         self.tokenizers = load_tokenizers(model_dir)
         self.splits[self.data.test_split] = self.encode(self.data.test_split, *self.read(self.data.test_split))
 

@@ -99,7 +99,9 @@ class Pipeline:
     metric: ClassVar[str] = ""  # a `metrics.SCORERS` name for `aiayn evaluate --model`; "" = none
     routes: ClassVar[tuple[Route, ...]] = ()
     backends: ClassVar[tuple[str, ...]] = ("native",)  # what `load_pipeline(..., backend=)` may ask for
-    decoder_options: ClassVar[tuple[str, ...]] = ()  # "precision", "quantize": how its decoder may compute
+    # what `from_pretrained` (and `load_pipeline`) take beyond the directory, e.g. "precision", "quantize",
+    # "max_input_tokens": any other option given is an error, never silently ignored
+    load_options: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_pretrained(cls, model_dir, device="cpu", **options) -> "Pipeline":

@@ -307,7 +307,8 @@ class TextPipeline(Pipeline):
     A subclass says how an input becomes a source (`source`) and adds its routes."""
 
     backends = BACKENDS
-    decoder_options = ("precision", "quantize")  # the Translator's (or CTranslate2's compute_type)
+    # the Translator's (or CTranslate2's): how its decoder computes, how sources are cut and batched, its defaults
+    load_options = ("precision", "quantize", "max_input_tokens", "batch_tokens", "keep", "decode", "sampling")
 
     def __init__(self, translator, info: dict, backend: str = "native"):
         self.translator, self.info, self.backend = translator, info, backend
@@ -376,7 +377,7 @@ def load_backend(backend: str, model_dir: str | Path, device, info: dict, option
     `aiayn export ctranslate2`, a `CT2Translator` ("ctranslate2"); both set up as task.json says."""
     from aiayn.export import MANIFEST
 
-    options = {**translator_options(info), **{k: v for k, v in options.items() if v is not None}}
+    options = {**translator_options(info, model_dir), **{k: v for k, v in options.items() if v is not None}}
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if backend == "ctranslate2":
@@ -414,8 +415,8 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
             "source": tok.src.pieces(src[0].tolist()), "target": tok.tgt.pieces(out)}
 
 
-def translator_options(info: dict) -> dict:
-    """`Translator` options from a model directory's task.json: its decoding defaults and how its
+def translator_options(info: dict, model_dir: str | Path) -> dict:
+    """`Translator` options from `model_dir`'s task.json (`info`): its decoding defaults and how its
     sources are cut ({} for a directory without task.json: the Translator's defaults)."""
     from aiayn.config import DecodeConfig
 
@@ -424,5 +425,5 @@ def translator_options(info: dict) -> dict:
         try:
             options["decode"] = DecodeConfig(**info["decode"])
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{TASK_FILE}: bad decode settings ({e})") from None
+            raise ValueError(f"{Path(model_dir) / TASK_FILE}: bad decode settings ({e})") from None
     return options

@@ -219,9 +219,8 @@ class NativeRequest:
         return dataclasses.replace(r, text=check_texts(r.text, limits, "text"))
 
     def decode_options(self) -> dict:
-        """The decoding fields the request gave; a beam_size without a method asks for beam search."""
-        given = {name: value for name in _DECODE_FIELDS if (value := getattr(self, name)) is not None}
-        return {"method": "beam", **given} if "beam_size" in given else given
+        """The decoding fields the request gave (a beam_size without a method: `TextTranslator.settings`)."""
+        return {name: value for name in _DECODE_FIELDS if (value := getattr(self, name)) is not None}
 
 
 _DECODE_FIELDS = ("method", "beam_size", "length_penalty", "max_len_b", "min_len", "no_repeat_ngram_size")

@@ -24,8 +24,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from aiayn.tasks.base import read_task_info, write_task_info
-from aiayn.tasks.classify import Classifier, ClassifyTask, TextBatch, refuse_options
+from aiayn.tasks.base import read_task_info, task_field, write_task_info
+from aiayn.tasks.classify import Classifier, ClassifyTask, TextBatch, labels_of, refuse_options
 from aiayn.tasks.pipeline import RequestError, Route, check_fields
 from aiayn.tasks.settings import SplitSettings, check_positive
 from aiayn.training.distributed import SINGLE, DistInfo
@@ -82,16 +82,18 @@ class ImageClassifier(Classifier):
     task, command, metric = "image-classify", "classify", "accuracy"
     routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])",
                     example='{"image": [[0.0, 0.5], [1.0, 0.25]]}'),)
+    load_options = ()
 
     def __init__(self, model, labels: list[str], patch_size: int):
         self.model, self.labels, self.patch_size = model.eval(), labels, patch_size
 
     @classmethod
-    def from_pretrained(cls, model_dir: str | Path, device="cpu", **options) -> "ImageClassifier":
+    def from_pretrained(cls, model_dir: str | Path, device="cpu") -> "ImageClassifier":
         from aiayn.models import load_model
 
         info = read_task_info(model_dir, expect=cls.task)
-        return cls(load_model(model_dir, device=device), info["labels"], int(info["patch_size"]))
+        patch_size = task_field(info, model_dir, "patch_size", int, "the side of a patch in pixels")
+        return cls(load_model(model_dir, device=device), labels_of(info, model_dir), patch_size)
 
     def prepare(self, images: Sequence) -> list[np.ndarray]:
         """Images -> (N, p²) patches each. An image that is not a grid of numbers in [0, 1], one of more
