@@ -82,3 +82,10 @@ def test_a_sampling_seed_must_be_one_torch_takes(seed):
     with pytest.raises(ConfigError, match="^seed must be from"):
         SamplingConfig(seed=seed)
     assert SamplingConfig(seed=2**64 - 1).seed == 2**64 - 1 and SamplingConfig(seed=-2**63).seed == -2**63
+
+
+@pytest.mark.parametrize("field", ["lr_factor", "eps", "weight_decay"])
+def test_optimiser_numbers_must_be_finite(field):
+    """lr_factor = inf trained a first update at an infinite learning rate: every weight NaN."""
+    with pytest.raises(ConfigError, match=f"^{field} must be a finite number"):
+        OptimConfig(**{field: float("inf")})

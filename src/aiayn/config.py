@@ -237,11 +237,11 @@ class OptimConfig:
         _check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
                f"betas must be two numbers in [0, 1), got {self.betas}")
         object.__setattr__(self, "betas", tuple(self.betas))
-        _check(self.eps > 0, f"eps must be positive, got {self.eps}")
+        _check(0 < self.eps < math.inf, f"eps must be a finite number > 0, got {self.eps}")
         _check(self.warmup_steps >= 1, f"warmup_steps must be at least 1, got {self.warmup_steps}")
-        _check(self.lr_factor > 0, f"lr_factor must be positive, got {self.lr_factor}")
-        _check(self.clip_norm >= 0, f"clip_norm must be >= 0, got {self.clip_norm}")
-        _check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        _check(0 < self.lr_factor < math.inf, f"lr_factor must be a finite number > 0, got {self.lr_factor}")
+        _check(self.clip_norm >= 0, f"clip_norm must be >= 0, got {self.clip_norm}")  # inf: no clipping, as 0
+        _check(0 <= self.weight_decay < math.inf, f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
 
 
 DECODE_METHODS = ("beam", "greedy", "sample")

@@ -66,6 +66,22 @@ def test_translation_training_cuts_sources_at_max_input_tokens(tmp_path, caplog)
     assert json.loads((tmp_path / "tokenizer" / "tokenizer.json").read_text())  # prepared as usual
 
 
+def test_translation_pairs_over_max_tokens_are_counted_in_training_and_validation(tmp_path, caplog):
+    """A pair alone over data.max_tokens is left out of the batches: counted per split, and with the
+    other splits' drops in the report beside the test split's."""
+    cfg = load_config(None, ["train.max_updates=1", 'data.vocab_type="symbols"', "data.n_train=200", "data.n_valid=50",
+                             "data.min_len=3", "data.max_len=12", "data.max_tokens=18"])
+    task = TranslationTask(cfg)
+    task.prepare(tmp_path, SINGLE)
+    with caplog.at_level(logging.WARNING):
+        batches, valid = task.train_data(SINGLE)(0), task.valid_data()
+    in_batches = sum(len(b.src) for b in batches)
+    assert task.drops.of("train")["skipped"] == len(task.train_set) - in_batches > 0
+    assert task.drops.of("val")["skipped"] == len(task.valid_set) - sum(len(b.src) for b in valid) > 0
+    assert any("train:" in m and "skipped (a pair alone over data.max_tokens = 18" in m for m in warnings(caplog))
+    assert task.drops.besides("test") == {split: task.drops.of(split) for split in ("train", "val")}
+
+
 def test_classification_counts_cut_and_skipped_texts(tmp_path, caplog):
     lines = ["text\tlabel"] + [f"{'w ' * n}x\t{n % 2}" for n in range(1, 13)] + ["\t1"]
     for split in ("train", "test"):

@@ -36,10 +36,10 @@ def texts(task, batches) -> list[tuple[str, str]]:
                   for b in batches for s, t in zip(b.src.tolist(), b.tgt_out.tolist()))
 
 
-def prepared(tmp_path, p: float) -> TranslationTask:
+def prepared(tmp_path, p: float, *more: str) -> TranslationTask:
     tmp_path.mkdir()
     corpus = write_corpus(tmp_path)
-    task = TranslationTask(load_config(None, [*SETTINGS, f'data.corpus="{corpus}"', f"data.subword_dropout={p}"]))
+    task = TranslationTask(load_config(None, [*SETTINGS, f'data.corpus="{corpus}"', f"data.subword_dropout={p}", *more]))
     task.prepare(tmp_path / "run", SINGLE)
     return task
 
@@ -72,3 +72,14 @@ def test_a_large_seed_is_taken(tmp_path):
     task.prepare(tmp_path / "run", SINGLE)
     batches = task.train_data(SINGLE)
     assert epoch_ids(batches(3)) == epoch_ids(batches(3)) != epoch_ids(batches(4))
+
+
+def test_pairs_an_epochs_segmentation_makes_too_long_are_counted(tmp_path):
+    """With data.max_length at the fixed segmentation's longest side, nothing is dropped in `prepare`;
+    an epoch's longer segmentation drops some pairs, and each is counted (and warned about)."""
+    fixed = prepared(tmp_path / "a", 0.0)
+    longest = int(max(fixed.train_set.src_lengths.max(), fixed.train_set.tgt_lengths.max()))
+    task = prepared(tmp_path / "b", 0.3, f"data.max_length={longest}")
+    assert len(task.train_set) == len(fixed.train_set)
+    trained = sum(len(b.src) for b in task.train_data(SINGLE)(0))
+    assert 0 < len(task.train_set) - trained == task.drops.of("train")["too_long_segmented"]

@@ -30,6 +30,14 @@ def test_average_equals_manual_mean(tmp_path):
     assert avg.encoder.embed.weight is avg.decoder.embed.weight
 
 
+def test_averaging_and_loading_leave_the_callers_random_state(tmp_path):
+    paths = _saved(tmp_path, [1, 2])
+    torch.manual_seed(7)
+    before = torch.get_rng_state()
+    average_checkpoints(paths)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_average_of_one_is_identity(tmp_path):
     (path,) = _saved(tmp_path, [4])
     state = average_state([path])

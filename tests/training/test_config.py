@@ -78,6 +78,8 @@ def test_a_config_file_that_is_not_utf8_names_its_line(tmp_path):
     (GOOD, ["train.max_updates=0"], "set at least one of train.max_updates"),
     (GOOD, ["train.update_freq=0"], "train.update_freq must be >= 1"),
     (GOOD, ["train.cooldown=1.0"], r"train.cooldown must be in \[0, 1\)"),
+    (GOOD, ["train.seed=-1"], r"train.seed must be from 0 to 2\*\*32 - 1"),
+    (GOOD, [f"train.seed={2**32}"], r"train.seed must be from 0 to 2\*\*32 - 1"),
     (GOOD, ["train.schedule=cosine"], "train.schedule must be one of noam"),
     (GOOD, ["optim.label_smoothing=1.5"], r"label_smoothing must be in \[0, 1\)"),
     (GOOD, ["data.vocab_type=wordpiece"], "data.vocab_type must be one of"),

@@ -208,6 +208,37 @@ def test_non_finite_updates_are_skipped_then_stop(tmp_path, caplog):
     assert ckpt.latest_checkpoint(tmp_path / "checkpoints").name == "ckpt_00000001"
 
 
+def test_diverged_weights_that_are_not_finite_are_not_saved_as_good(tmp_path):
+    """An update at an absurd learning rate can make every weight NaN before the losses turn
+    non-finite: no checkpoint of those weights is written, and the error says so."""
+    model = Transformer(tiny_config())
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=50, max_bad_updates=3), tmp_path, epoch_data())
+    with pytest.raises(TrainingDiverged, match="no longer finite .* were not saved"):
+        trainer.fit()
+    assert ckpt.latest_checkpoint(tmp_path / "checkpoints") is None
+
+
+def test_with_a_grad_scaler_the_update_after_a_skipped_one_is_applied(tmp_path):
+    """fp16's path (a GradScaler; here a CPU one, as fp16 training needs CUDA): a skipped non-finite
+    update must close its unscale_, or the next update fails in it."""
+    model = Transformer(tiny_config())
+    data = batches(4, 2, seed=0)
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=5), tmp_path, lambda e: data)
+    trainer.scaler = torch.amp.GradScaler("cpu")
+    original = trainer.accumulate
+
+    def poisoned(group):  # the first update's loss is NaN, as an overflowing fp16 forward's would be
+        stats = original(group)
+        if group[0] is data[0]:
+            stats.loss = float("nan")
+        return stats
+    trainer.accumulate = poisoned
+    assert not trainer.update([data[0]]).applied and trainer.state.bad_updates == 1
+    assert trainer.update([data[1]]).applied and trainer.state.step == 1 and trainer.state.bad_updates == 0
+
+
 def test_fp16_on_cpu_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="fp16.*CUDA"):
         make_trainer(Transformer(tiny_config()), OPTIM, run_config(precision="fp16"), tmp_path, epoch_data())

@@ -106,7 +106,7 @@ def _test(cfg, evaluate_test) -> None:
 
 
 _TEST_META = frozenset({"split", "beam_size", "length_penalty", "n_sentences", "n_examples", "seconds", "signature",
-                        "detail"})
+                        "detail", "dropped_elsewhere"})
 
 
 def _is_main() -> bool:

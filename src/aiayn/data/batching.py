@@ -75,8 +75,8 @@ class TokenBucketSampler:
                              f"{self.tgt_lens[i]}) > max_tokens {self.max_tokens}; raise max_tokens, filter by "
                              f"length, or pass skip_overlong=True ({len(overlong)} such examples)")
         self.n_skipped = len(overlong)
-        if self.n_skipped:
-            log.warning("skipping %d examples longer than max_tokens=%d", self.n_skipped, self.max_tokens)
+        if self.n_skipped:  # a task counts them in its report (`tasks.base.Drops`), which warns
+            log.info("skipping %d examples longer than max_tokens=%d", self.n_skipped, self.max_tokens)
         self._usable = np.flatnonzero(own_cost <= self.max_tokens)
         if len(self._usable) < world_size:
             raise ValueError(f"{len(self._usable)} usable examples cannot fill {world_size} ranks")

@@ -59,12 +59,14 @@ def read_config(directory: str | Path) -> tuple[str, Any]:
 
 
 def load_model(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
-    """Config and weights of a model directory, in eval mode on `device`."""
+    """Config and weights of a model directory, in eval mode on `device`. The caller's random state is
+    left as it was (the weights the model is built with are drawn and then replaced)."""
     weights = Path(directory) / WEIGHTS_FILE
     model_type, config = read_config(directory)
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: not found; is {directory} a model directory?")
-    model = build_model(model_type, config)
+    with torch.random.fork_rng(devices=[]):
+        model = build_model(model_type, config)
     model.load_weights(weights, device)
     return model.to(device).eval()
 

@@ -173,7 +173,7 @@ def write_test_scores(model_dir: str | Path, result: dict) -> Path:
 
 class Drops:
     """Examples a task cut, skipped or filtered, per split: each kind is logged once at WARNING and
-    kept for the split's report (test_scores.json's "dropped")."""
+    kept for the report (test_scores.json's "dropped", and "dropped_elsewhere" for the other splits)."""
 
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, int]] = {}
@@ -187,3 +187,7 @@ class Drops:
 
     def of(self, split: str) -> dict[str, int]:
         return dict(self.counts.get(split, {}))
+
+    def besides(self, split: str) -> dict[str, dict[str, int]]:
+        """The other splits' counts (training and validation, beside the test split's report)."""
+        return {other: dict(counts) for other, counts in self.counts.items() if other != split}

@@ -367,6 +367,7 @@ class ClassifyTask:
         dropped = self.drops.of(split)
         result = {"split": split, "accuracy": acc, "signature": "accuracy %, argmax of the [CLS] head",
                   "n_examples": len(self.splits[split][1]) - dropped.get("skipped", 0), "dropped": dropped,
+                  "dropped_elsewhere": self.drops.besides(split),
                   "seconds": time.monotonic() - t, "detail": f"accuracy {acc:.2f}%"}
         write_test_scores(model_dir, result)
         return result

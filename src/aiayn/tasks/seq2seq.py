@@ -185,8 +185,10 @@ class Seq2SeqTask:
         data = self.data
 
         def sampler(pairs: ParallelDataset):
-            return pairs.sampler(data.max_tokens, seed=self.cfg.train.seed, rank=dist.rank, world_size=dist.world_size,
+            made = pairs.sampler(data.max_tokens, seed=self.cfg.train.seed, rank=dist.rank, world_size=dist.world_size,
                                  skip_overlong=True, sort_by_length=data.batching == "bucket")
+            self.note_skipped(data.train_split, made, len(pairs))
+            return made
 
         if not data.subword_dropout:
             fixed = sampler(self.train_set)
@@ -203,12 +205,15 @@ class Seq2SeqTask:
     def segmented(self, texts: tuple[Sequence[str], Sequence[str]], epoch: int) -> ParallelDataset:
         """The training pairs `texts` (sources, targets) of `epoch` under BPE-dropout (Provilkov et al.,
         2020): each merge skipped with probability `data.subword_dropout`, the same on every rank and on
-        resuming. Sources are cut and long pairs dropped as in `prepare` (not counted again)."""
+        resuming. Sources are cut and long pairs dropped as in `prepare` (counted, as "too_long_segmented")."""
         data, tok, seed = self.data, self.tokenizers, self.cfg.train.seed
         src = tok.src.encode_dropout(texts[0], data.subword_dropout, stable_hash(f"{seed}:{epoch}:src"))
         tgt = tok.tgt.encode_dropout(texts[1], data.subword_dropout, stable_hash(f"{seed}:{epoch}:tgt"))
         pairs = ParallelDataset.from_ids(src, tgt)
-        pairs = self.cut(pairs)[0].filter(max_len=data.max_length)
+        cut = self.cut(pairs)[0]
+        pairs = cut.filter(max_len=data.max_length)
+        self.drops.note(data.train_split, "too_long_segmented", len(cut) - len(pairs), len(cut),
+                        f"a side over data.max_length = {data.max_length} tokens as epoch {epoch} segments it")
         log.info("epoch %d segmented with BPE-dropout %.2f: %d pairs, %d target tokens (%.2fx the fixed segmentation)",
                  epoch, data.subword_dropout, len(pairs), pairs.tgt_lengths.sum(),
                  pairs.tgt_lengths.sum() / max(self.train_set.tgt_lengths.sum(), 1))
@@ -218,7 +223,13 @@ class Seq2SeqTask:
         if self.valid_set is None:
             return None
         sampler = self.valid_set.sampler(self.data.max_tokens, shuffle=False, skip_overlong=True)
+        self.note_skipped(self.data.valid_split, sampler, len(self.valid_set))
         return list(_batches(self.valid_set, sampler.batches(0)))
+
+    def note_skipped(self, split: str, sampler, total: int) -> None:
+        """Count the pairs `sampler` leaves out, each alone over data.max_tokens."""
+        self.drops.note(split, "skipped", sampler.n_skipped, total,
+                        f"a pair alone over data.max_tokens = {self.data.max_tokens} tokens")
 
     # -- training -------------------------------------------------------------------------
     def loss(self, model, batch: Batch) -> LossSums:
@@ -261,7 +272,8 @@ class Seq2SeqTask:
         hyps = pipeline.run(ex.src, progress=progress)
         result = {"split": split, **self.report(hyps, ex), "beam_size": self.cfg.decode.beam_size,
                   "length_penalty": self.cfg.decode.length_penalty, "n_sentences": len(hyps),
-                  "dropped": self.drops.of(split), "seconds": time.monotonic() - t}
+                  "dropped": self.drops.of(split), "dropped_elsewhere": self.drops.besides(split),
+                  "seconds": time.monotonic() - t}
         with atomic_write(Path(model_dir).parent / "test.hyp") as tmp:
             tmp.write_text("".join(" ".join(h.splitlines()) + "\n" for h in hyps), encoding="utf-8")
         write_test_scores(model_dir, result)

@@ -56,7 +56,7 @@ class Progress:
 
 
 class TrainingDiverged(RuntimeError):
-    """Too many non-finite updates in a row; a checkpoint of the last good weights was saved."""
+    """Too many non-finite updates in a row; the weights were saved if they were still finite."""
 
 
 @dataclass
@@ -198,6 +198,8 @@ class Trainer:
             self.state.bad_updates += 1
             log.warning("update %d: non-finite loss (%s); skipped (%d in a row)", self.state.step + 1,
                         stats.loss, self.state.bad_updates)
+            if self.scaler is not None:
+                self.scaler.update()  # closes this update's unscale_ (lowering the scale on inf gradients)
         elif self.scaler is not None:
             scale = self.scaler.get_scale()
             self.scaler.step(self.optimizer)
@@ -257,10 +259,14 @@ class Trainer:
         s, run, valid = self.state, self.run, {}
         s.elapsed = self._elapsed()
         if s.bad_updates >= run.max_bad_updates:
-            self.save()
-            raise TrainingDiverged(f"{s.bad_updates} non-finite updates in a row at update {s.step}; "
-                                   f"stopped. The last good weights are in {self.ckpt_root}. Lower the learning "
-                                   "rate (optim.lr_factor), raise optim.warmup_steps or set optim.clip_norm.")
+            finite = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+            if finite:
+                self.save()
+            where = (f"The last good weights are in {self.ckpt_root}" if finite else "The weights are no longer finite "
+                     f"(an update made them so) and were not saved; the checkpoints in {self.ckpt_root} hold earlier ones")
+            raise TrainingDiverged(f"{s.bad_updates} non-finite updates in a row at update {s.step}; stopped. "
+                                   f"{where}. Lower the learning rate (optim.lr_factor), raise optim.warmup_steps "
+                                   "or set optim.clip_norm.")
         epoch_done = s.batch_index >= n_batches
         if epoch_done:
             s.epoch, s.batch_index = s.epoch + 1, 0
