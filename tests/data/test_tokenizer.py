@@ -65,6 +65,30 @@ def test_train_is_deterministic():
     assert a.fingerprint() == b.fingerprint()
 
 
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_the_vocabulary_does_not_depend_on_the_machines_cores(monkeypatch, model_type):
+    """The unigram trainer's pieces, and any model's saved thread count, follow its threads."""
+    import os
+
+    trained = []
+    for cores in (1, 4):
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        trained.append(SentencePieceTokenizer.train(_small_corpus(), vocab_size=400, model_type=model_type).serialize())
+    assert trained[0] == trained[1]
+
+
+def test_training_files_are_read_as_corpora_are(tmp_path):
+    """A BOM is dropped (it is no piece), and a .gz file is decompressed."""
+    import gzip
+
+    lines = _small_corpus()
+    (tmp_path / "bom.txt").write_text("\ufeff" + "\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "lines.txt.gz").write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    plain = SentencePieceTokenizer.train(lines, vocab_size=400)
+    for name in ("bom.txt", "lines.txt.gz"):
+        assert SentencePieceTokenizer.train(files=[tmp_path / name], vocab_size=400).serialize() == plain.serialize()
+
+
 def test_multi30k_val_round_trip_exact(multi30k_dir, multi30k_bpe, gz_lines):
     for lang in ("en", "de"):
         lines = [s.strip() for s in gz_lines(multi30k_dir / f"val.{lang}.gz")]

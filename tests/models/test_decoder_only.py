@@ -126,3 +126,18 @@ def test_prompts_must_not_be_padded_and_save_load_round_trip(tmp_path):
     assert isinstance(loaded, DecoderOnly) and loaded.config == m.config
     x = tokens()
     torch.testing.assert_close(loaded(x), m(x))
+
+
+def test_the_shared_searches_stop_at_the_block_a_prompt_fills():
+    """Learned positions: a prompt of 8 in a block of 16 leaves room for 9 outputs (the prompt's last
+    token predicts the first), however long the output limit asked for."""
+    from aiayn.config import DecodeConfig
+    from aiayn.decoding import beam_search
+
+    torch.manual_seed(0)
+    model = DecoderOnly(DecoderOnlyConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                          max_positions=16, positional="learned")).eval()
+    prompt = torch.randint(4, 20, (2, 8))
+    outs = greedy_search(model, prompt, 0.0, 100)
+    assert max(len(o) for o in outs) <= 9
+    assert all(len(h.tokens) <= 9 for hyps in beam_search(model, prompt, DecodeConfig(beam_size=2)) for h in hyps)

@@ -117,6 +117,31 @@ def test_int8_sentence_decodes_the_same_alone_or_batched():
         assert [h.score for h in b] == pytest.approx([h.score for h in a], abs=1e-5)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "int8", "bf16"])
+def test_a_rows_step_does_not_depend_on_how_many_rows_share_it(precision):
+    """Eight sources of one length: 8 sources x 4 heads reach the size where fp32 attention turns
+    to batched matmuls; a sentence's logits are those it gets alone, to float rounding (bf16's batched
+    matmuls were 1e-2 off)."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig(src_vocab_size=29, d_model=32, n_heads=4, n_encoder_layers=2,
+                                          n_decoder_layers=2, d_ff=64, dropout=0.0)).eval()
+    src = torch.randint(4, 29, (8, 6))
+    bos = torch.ones(8, dtype=torch.long)
+    fast = model.fast_decoder(precision)
+    with torch.inference_mode():
+        together = fast.step(bos, fast.start(src))
+        alone = torch.cat([fast.step(bos[:1], fast.start(src[i:i + 1])) for i in range(8)])
+    torch.testing.assert_close(together.float(), alone.float(), rtol=0, atol=1e-5)
+
+
+def test_a_copy_attention_model_decodes_in_bf16():
+    """Its copy keys are cached under the encoder's autocast (bf16); its step's queries are fp32."""
+    model = tiny(copy_attention=True)
+    src = sources(3)
+    outs = beam_search(for_inference(model, "bf16"), src, DecodeConfig(beam_size=2, max_len_a=0.0, max_len_b=6))
+    assert len(outs) == 3 and all(len(h.tokens) <= 6 for hyps in outs for h in hyps)
+
+
 @pytest.mark.slow
 def test_int8_and_bf16_decode_a_trained_copy_model_as_fp32_does():
     """The learning check: a copy-task model decoded in int8 and bf16 copies as it does in fp32."""

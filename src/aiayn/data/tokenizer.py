@@ -10,7 +10,8 @@ Special ids (from `aiayn.config`, identical in every tokenizer this module build
 `encode` never adds BOS/EOS; `decode` drops PAD/BOS/EOS. Subword vocabularies are
 sentencepiece models (BPE or unigram, §5.1 of the paper uses BPE with a shared
 source-target vocabulary). They are trained with identity normalization, no whitespace
-collapsing and byte fallback, so `decode(encode(text)) == text` for any string.
+collapsing and byte fallback, so `decode(encode(text)) == text` for any string without U+2581
+("▁", sentencepiece's own word boundary, which decodes as a space; no corpus here has one).
 
 A model directory holds `tokenizer.json` (a manifest: type, joint, file names) and the
 tokenizer files beside the lead's `config.json` + `model.safetensors`, so it is
@@ -115,6 +116,12 @@ class Tokenizer(abc.ABC):
                 raise ValueError(f"token id {i} outside the vocabulary [0, {self.vocab_size})")
 
 
+# Threads sentencepiece trains with: a fixed count, not the machine's cores, since its unigram trainer
+# gives other pieces with another count and the count is saved in the model (and so in its fingerprint):
+# the same text and seed give the same vocabulary on every machine.
+TRAIN_THREADS = 8
+
+
 class SentencePieceTokenizer(Tokenizer):
     """A sentencepiece BPE/unigram model with PAD/BOS/EOS/UNK at ids 0/1/2/3."""
 
@@ -144,11 +151,12 @@ class SentencePieceTokenizer(Tokenizer):
         character_coverage: float = 1.0,
         byte_fallback: bool = True,
         input_sentence_size: int = 2_000_000,
-        num_threads: Optional[int] = None,
+        num_threads: int = TRAIN_THREADS,
         seed: int = 0,
         user_symbols: Sequence[str] = (),
     ) -> "SentencePieceTokenizer":
-        """Train in-process on `texts` (one sentence each) and/or plain-text `files`.
+        """Train in-process on `texts` (one sentence each) and/or UTF-8 text `files` (read as the corpus
+        readers read them: `.gz` decompressed, a BOM dropped, errors naming the file and line).
 
         Identity normalization and `remove_extra_whitespaces=False` keep text exactly as
         given; byte fallback spells any character outside the vocabulary as UTF-8 bytes,
@@ -172,7 +180,7 @@ class SentencePieceTokenizer(Tokenizer):
             byte_fallback=byte_fallback, character_coverage=character_coverage,
             normalization_rule_name="identity", remove_extra_whitespaces=False,
             input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
-            num_threads=num_threads or os.cpu_count() or 1, minloglevel=2,
+            num_threads=num_threads, minloglevel=2,
             user_defined_symbols=list(user_symbols),
         )
         try:  # an iterator, not a temp file: the model proto would record the temp file name
@@ -420,7 +428,8 @@ def _tokenizer_class(kind: str) -> type[Tokenizer]:
 
 
 def _sentences(texts: Optional[Iterable[str]], files: Optional[Sequence[str | Path]]) -> Iterator[str]:
+    from aiayn.data.corpus import read_lines
+
     for f in files or []:
-        with open(f, encoding="utf-8") as lines:
-            yield from (line.rstrip("\n") for line in lines)
+        yield from read_lines(f, strip=False)
     yield from (t.replace("\n", " ") for t in texts or [])

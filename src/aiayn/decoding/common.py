@@ -70,14 +70,19 @@ def output_limits(model, src: Tensor, max_len_a: float | None = None, max_len_b:
     """Each sentence's maximum output length (see the convention above). src (B, S) -> (B,) long.
 
     `None` takes the paper's value from `DecodeConfig` (§6.1: |src| + 50); the result never
-    exceeds the model's own `max_output_length` (e.g. a learned position table).
+    exceeds the model's own `max_output_length` (e.g. a learned position table), less the positions a
+    source takes where it takes them (`source_takes_positions`: a decoder-only model's prompt).
     """
     d = DecodeConfig()
     a = d.max_len_a if max_len_a is None else max_len_a
     b = d.max_len_b if max_len_b is None else max_len_b
     limits = max_output_length((src != PAD_ID).sum(1), a, b)
     bound = model.max_output_length
-    return limits if bound is None else limits.clamp(max=bound)
+    if bound is None:
+        return limits
+    if getattr(model, "source_takes_positions", False):  # a prompt: its positions are gone, and its last
+        bound = bound - src.shape[1] + 1  # token predicts the first output without taking another
+    return limits.clamp(max=max(bound, 0))
 
 
 def banned_tokens(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:

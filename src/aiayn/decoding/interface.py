@@ -48,7 +48,8 @@ class Decodable(Protocol):
 
     @property
     def max_output_length(self) -> int | None:
-        """The model's own bound on output tokens (e.g. a learned position table), or None."""
+        """The model's own bound on output tokens (e.g. a learned position table), or None. A model
+        whose source takes positions of that table too sets `source_takes_positions = True`."""
 
 
 class ShowsAttention(Protocol):

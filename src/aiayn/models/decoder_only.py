@@ -145,6 +145,8 @@ class DecoderOnly(PretrainedModel):
             return logits
         return self.project(self.hidden(tokens[:, None], state.cache)[0][:, -1])
 
+    source_takes_positions = True  # the prompt fills the block the output continues (`common.output_limits`)
+
     @property
     def max_output_length(self) -> int | None:
         return self.config.max_positions if self.config.positional == "learned" else None

@@ -85,11 +85,13 @@ def _linear(weight: Tensor, bias: Tensor, precision: str) -> Linear:
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     """softmax(q k^T / sqrt(Dh)) v, mask True = may attend: q (n, H, Tq, Dh), k and v (n, H, Tk, Dh).
-    From 32 (source, head) pairs on, as two batched matmuls: torch's fused CPU kernel (flash
+    In fp32, from 32 (source, head) pairs on, as two batched matmuls: torch's fused CPU kernel (flash
     attention, built for long queries) spent 3x as long on a step's few queries per source
-    (`benchmarks/beam_profile.py --top`); below that, the fused kernel's one call is faster."""
+    (`benchmarks/beam_profile.py --top`); below that, the fused kernel's one call is faster. In bf16
+    always the fused kernel, which scores in fp32: bf16 scores from a matmul would make a sentence's
+    output depend on how many others share its batch (the switch at 32)."""
     n, H, Tq, Dh = q.shape
-    if n * H < 32 or q.device.type != "cpu":
+    if n * H < 32 or q.device.type != "cpu" or q.dtype != torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     Tk = k.shape[2]
     k3, v3 = k.reshape(n * H, Tk, Dh), v.reshape(n * H, Tk, Dh)  # views, also of the cache's buffer slices
