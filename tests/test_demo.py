@@ -1,5 +1,7 @@
 """Learning checks: the demo's tiny Transformer must solve its synthetic tasks."""
 
+import pytest
+
 from aiayn.commands.demo import run_demo
 
 
@@ -12,3 +14,11 @@ def test_tiny_model_learns_copy_to_100_percent(tmp_path):
     wrong = [(s, h) for s, t, h in result.examples if h != t]
     assert result.accuracy == 1.0, f"{len(wrong)} wrong, e.g. {wrong[:3]}"
     assert (result.model_dir / "config.json").is_file() and (result.model_dir / "tokenizer.json").is_file()
+
+
+def test_the_demo_trains_into_output_and_refuses_another_run_dir(tmp_path):
+    from aiayn.commands.demo import demo_config
+
+    assert demo_config(tmp_path / "out").train.run_dir == str(tmp_path / "out")
+    with pytest.raises(ValueError, match="--set train.run_dir: the demo trains into --output"):
+        demo_config(tmp_path / "out", [f"train.run_dir={tmp_path / 'elsewhere'}"])

@@ -21,6 +21,8 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 SPECIAL_IDS = MappingProxyType({"pad_id": PAD_ID, "bos_id": BOS_ID, "eos_id": EOS_ID})
 
 
+DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per inference batch; a speed knob, not a paper setting
+
 # Feed-forward activations (§3.3 uses ReLU). "gelu" is the exact (erf) GELU of BERT and ViT;
 # "gelu_tanh" its tanh approximation (GPT-2's gelu_new); "silu" is x·sigmoid(x) (Marian's swish).
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")

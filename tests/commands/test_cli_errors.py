@@ -151,3 +151,74 @@ def test_closed_stdout_pipe_in_a_real_process():
     proc.stdout.close()  # the reader is gone before anything is written
     _, err = proc.communicate(b"a b c\nd e\n", timeout=60)
     assert proc.returncode == 141 and b"Traceback" not in err and b"Exception ignored" not in err, err
+
+
+def test_an_output_path_that_is_a_directory_fails_before_translating(tmp_path, monkeypatch, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    monkeypatch.setattr(LOAD, raising(AssertionError("translated before checking")))
+    assert main(["translate", str(FIXTURE), "-i", str(src), "-o", str(tmp_path), *FAST]) == 2
+    assert one_error_line(capsys.readouterr().err) == f"{tmp_path}: Is a directory"
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--max-input-tokens", "0"], "argument --max-input-tokens: must be at least 2, got 0"),
+    (["--batch-tokens", "-3"], "argument --batch-tokens: must be at least 2, got -3"),
+])
+def test_bad_numbers_are_usage_errors_naming_the_flag(flags, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["translate", str(FIXTURE), *flags])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_sampling_flags_without_sampling_are_an_error_not_ignored(tmp_path, capsys):
+    src = tmp_path / "in.txt"
+    src.write_text("a b\n")
+    assert main(["translate", str(FIXTURE), "-i", str(src), "--method", "beam", "--temperature", "50"]) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after the progress bar's first draw
+    assert last.startswith("aiayn translate: error: temperature set for sampling, but the method is 'beam'")
+
+
+def test_a_pipe_is_read_as_an_input_file(tmp_path, capsys):
+    """A FIFO (what <(...) and /dev/stdin are) is read as a file is: not "file not found"."""
+    import os
+    import threading
+
+    fifo = tmp_path / "hyp"
+    os.mkfifo(fifo)
+    (tmp_path / "ref.txt").write_text("a b c d e f\n")
+    writer = threading.Thread(target=lambda: fifo.write_text("a b c d e f\n"), daemon=True)
+    writer.start()
+    assert main(["evaluate", "--hyp", str(fifo), "--ref", str(tmp_path / "ref.txt"), "--json"]) == 0
+    writer.join(timeout=10)
+    assert '"bleu": 100.0' in capsys.readouterr().out
+
+
+def test_an_unknown_sacrebleu_tokenizer_is_refused_before_decoding(tmp_path, monkeypatch, capsys):
+    (tmp_path / "ref.txt").write_text("a b\n")
+    monkeypatch.setattr(LOAD, raising(AssertionError("decoded before checking")))
+    assert main(["evaluate", "--model", str(FIXTURE), "--src", str(tmp_path / "ref.txt"),
+                 "--ref", str(tmp_path / "ref.txt"), "--tokenize", "bogus"]) == 2
+    assert "--tokenize bogus: not a sacreBLEU tokenizer" in one_error_line(capsys.readouterr().err, "evaluate")
+
+
+def test_the_task_metric_takes_the_tokenizer_too(tmp_path, capsys):
+    """--model without --metric scores with the task's metric (BLEU here) and --tokenize's tokenizer."""
+    (tmp_path / "src.txt").write_text("a b\n")
+    assert main(["evaluate", "--model", str(FIXTURE), "--src", str(tmp_path / "src.txt"), "--ref",
+                 str(tmp_path / "src.txt"), "--tokenize", "char", "--json", *FAST]) == 0
+    assert "tok:char" in capsys.readouterr().out
+
+
+def test_serve_refuses_a_port_out_of_range(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["serve", str(FIXTURE), "--port", "99999"])
+    assert e.value.code == 2 and "argument --port: must be from 0 to 65535, got 99999" in capsys.readouterr().err
+
+
+def test_average_names_a_missing_checkpoint_and_a_checkpoints_folder_without_last(tmp_path, capsys):
+    assert main(["average", str(tmp_path / "nope"), "-o", str(tmp_path / "out")]) == 2
+    assert one_error_line(capsys.readouterr().err, "average") == f"{tmp_path / 'nope'}: no such checkpoint directory"
+    with pytest.raises(SystemExit):
+        main(["average", str(tmp_path), "--last", "0", "-o", str(tmp_path / "out")])
+    assert "argument --last: must be at least 1, got 0" in capsys.readouterr().err

@@ -105,6 +105,10 @@ def test_classification(tmp_path, capsys):
     served = http(directory, "/v1/classify", {"text": texts})["labels"]
     assert [(x["label"], x["probability"]) for x in served] == python
     assert load_pipeline(directory, max_input_tokens=2)(texts[:1]) == load_pipeline(directory)(["a b"])  # honoured
+    (tmp_path / "labels.txt").write_text("".join(label + "\n" for label, _ in python))
+    scored = cli(capsys, "evaluate", "--model", directory, "--src", tmp_path / "in.txt", "--ref", tmp_path / "labels.txt",
+                 "--json")  # the decoding flags it shares with translate are unset: None reaches no pipeline
+    assert json.loads(scored)["accuracy"] == 100.0
     with pytest.raises(ValueError, match="a classify model has no batch_tokens option"):
         load_pipeline(directory, batch_tokens=5)  # not silently ignored
 

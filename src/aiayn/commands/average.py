@@ -6,11 +6,13 @@ HELP = "average the weights of checkpoints (§6.1) into a self-contained model d
 
 
 def add_arguments(p) -> None:
+    from aiayn.commands.door import whole_number
+
     p.add_argument("checkpoints", nargs="+", metavar="CKPT",
                    help="checkpoint or model directories (config.json + model.safetensors), or a run's "
                         "checkpoints/ directory together with --last N")
     p.add_argument("-o", "--output", required=True, metavar="MODEL_DIR", help="where to write the model")
-    p.add_argument("--last", type=int, metavar="N", help="with one checkpoints/ directory: its newest N")
+    p.add_argument("--last", type=whole_number(1), metavar="N", help="with one checkpoints/ directory: its newest N")
     p.add_argument("--tokenizer", metavar="DIR", help="directory with tokenizer.json to copy (default: the "
                                                       "first checkpoint's, else its run's tokenizer/ or model/)")
     p.add_argument("--task-from", metavar="MODEL_DIR", help="model directory whose task.json (the task, its "
@@ -26,6 +28,11 @@ def run(args) -> int:
     from aiayn.training.checkpoint import list_checkpoints
 
     paths = [Path(p) for p in args.checkpoints]
+    for path in paths:
+        if not path.is_dir():
+            raise FileNotFoundError(f"{path}: no such checkpoint directory")
+    if args.last is None and list_checkpoints(paths[0]):
+        raise ValueError(f"{paths[0]} holds checkpoints: name them, or add --last N for its newest N")
     if args.last is not None:
         if len(paths) != 1:
             raise ValueError("--last takes exactly one checkpoints/ directory")

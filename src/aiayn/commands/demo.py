@@ -28,6 +28,9 @@ def demo_config(out_dir: str | Path, overrides: Sequence[str] = ()):
     """The recipe's `TrainConfig`, with `--set` overrides, training into `out_dir`."""
     from aiayn.training.config import load_config
 
+    if any(o.strip().startswith("train.run_dir") for o in overrides):
+        raise ValueError("--set train.run_dir: the demo trains into --output")
+
     return load_config(RECIPE, [*overrides, f"train.run_dir={out_dir}"])
 
 

@@ -33,6 +33,20 @@ class _ModelDirs(argparse.Action):
         setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), *given])
 
 
+def whole_number(low: int, high: Optional[int] = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` (to `high`); a usage error naming the flag otherwise."""
+    def whole(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {f'from {low} to {high}' if high else f'at least {low}'}, "
+                                             f"got {value}")
+        return value
+    return whole
+
+
 def add_model_dirs_argument(p: argparse.ArgumentParser, help: str) -> None:
     """One or more model directories (`aiayn serve`), as bare MODEL ... and/or as --model MODEL, repeated."""
     p.add_argument("model", nargs="*", default=[], action=_ModelDirs, metavar="MODEL", help=help)
@@ -140,12 +154,14 @@ def write_lines(path: str | None, out: list[str]) -> None:
 
 
 def check_writable(path: str) -> None:
-    """Fail before answering, not after, when `path` cannot be written: its nearest existing
-    folder is a file or not writable. The error names that folder."""
+    """Fail before answering, not after, when `path` cannot be written: it is a directory, or its
+    nearest existing folder is a file or not writable. The error names that path or folder."""
     import errno
     import os
     from pathlib import Path
 
+    if Path(path).is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     folder = Path(path).absolute().parent
     while not folder.exists():
         folder = folder.parent

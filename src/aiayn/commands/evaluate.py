@@ -71,7 +71,7 @@ def run(args) -> int:
     if args.hyp or args.metric:
         scores = {"metric": metric, **SCORERS[metric](hyps, refs, **kwargs)}
     else:
-        scores = pipeline.score(hyps, refs)  # the task's own metric
+        scores = pipeline.score(hyps, refs, **kwargs)  # the task's own metric
     result = {**scores, "n_references": len(references)}
     print(json.dumps(result) if args.json else report(result))
     return 0
@@ -116,8 +116,13 @@ def check_no_decoding(args) -> None:
 
 
 def check_tokenize(tokenize: str | None, metric: str) -> None:
+    """Before anything is decoded: --tokenize is for BLEU, and one of sacreBLEU's tokenizers."""
+    from sacrebleu.metrics import BLEU
+
     if tokenize and metric != "bleu":
         raise ValueError(f"--tokenize is sacreBLEU's, for --metric bleu; this is --metric {metric}")
+    if tokenize and tokenize not in BLEU.TOKENIZERS:
+        raise ValueError(f"--tokenize {tokenize}: not a sacreBLEU tokenizer; choose from {', '.join(BLEU.TOKENIZERS)}")
 
 
 def check_aligned(path: str, lines: list[str], ref_path: str, refs: list[str]) -> None:

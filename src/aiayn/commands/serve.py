@@ -3,7 +3,7 @@ across requests, with a web page at /."""
 
 from __future__ import annotations
 
-from aiayn.commands.door import add_model_dirs_argument
+from aiayn.commands.door import add_model_dirs_argument, whole_number
 from aiayn.commands.translate import add_precision_arguments
 from aiayn.runtime import DEVICES_HELP
 from aiayn.serve.app import ServeLimits
@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
                         "an export directory; no attention weights)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default: 127.0.0.1, this machine only; another without --api-key warns)")
-    p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
+    p.add_argument("--port", type=whole_number(0, 65535), default=8000, help="0: any free port (default: 8000)")
     p.add_argument("--api-key", default=_L.api_key, help="require this api_key (default: none; a sent key is ignored)")
     p.add_argument("--api-keys", metavar="FILE", default=None,
                    help="require one of the keys of this JSON file, each with its requests and characters per "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from aiayn.commands import door
-from aiayn.config import DECODE_METHODS, DecodeConfig, SamplingConfig
+from aiayn.config import DECODE_METHODS, DEFAULT_BATCH_TOKENS, DecodeConfig, SamplingConfig
 from aiayn.runtime import DEVICES_HELP, PRECISION_CHOICES
 from aiayn.training.config import RunConfig
 
@@ -35,9 +35,9 @@ def add_decode_arguments(p) -> None:
     g.add_argument("--top-p", type=float, help=f"nucleus sampling mass (default: {_S.top_p}, all)")
     g.add_argument("--seed", type=int, help="sampling seed: a line's sample depends only on the seed and its "
                                             "line number, not on batching or input chunks (default: unseeded)")
-    g.add_argument("--batch-tokens", type=int,
-                   help="padded source tokens per batch (default: aiayn.decoding.translator.DEFAULT_BATCH_TOKENS)")
-    g.add_argument("--max-input-tokens", type=int,
+    g.add_argument("--batch-tokens", type=door.whole_number(2),
+                   help=f"padded source tokens per batch (default: {DEFAULT_BATCH_TOKENS})")
+    g.add_argument("--max-input-tokens", type=door.whole_number(2),
                    help="longer sources are truncated with a warning (default: the model's max_positions)")
     g.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
     add_precision_arguments(g)
@@ -50,7 +50,7 @@ def add_precision_arguments(g) -> None:
                         "native bf16, else fp32) (default: fp32)")
     g.add_argument("--quantize", choices=["int8"],
                    help="int8 weights and dynamically quantized activations in the decoder and encoder (CPU); "
-                        "with --backend ctranslate2, CTranslate2's int8 (default: off)")
+                        "served with `aiayn serve --backend ctranslate2`, CTranslate2's int8 (default: off)")
 
 
 def pipeline_options(args) -> dict:

@@ -112,8 +112,8 @@ def read_text_file(path: str | Path, errors: str = "strict") -> str:
     """The whole of a UTF-8 text file (`.gz` decompressed, a BOM dropped). Errors name the file and line;
     `errors="replace"` turns invalid bytes into U+FFFD instead."""
     path = Path(path)
-    if not path.is_file():
-        raise CorpusFileNotFound(f"{path}: file not found")
+    if not path.exists() or path.is_dir():  # a FIFO or /dev/stdin is read as a file is
+        raise CorpusFileNotFound(f"{path}: {'a directory, not a file' if path.is_dir() else 'file not found'}")
     try:
         data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as e:

@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from aiayn.config import PAD_ID, DecodeConfig, SamplingConfig
+from aiayn.config import DEFAULT_BATCH_TOKENS, PAD_ID, DecodeConfig, SamplingConfig
 from aiayn.decoding.beam import beam_search
 from aiayn.decoding.common import input_tokens, pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
@@ -33,8 +33,6 @@ from aiayn.decoding.sampling import sample
 from aiayn.runtime import stable_hash
 
 log = logging.getLogger(__name__)
-
-DEFAULT_BATCH_TOKENS = 4096  # padded source tokens per batch; a speed knob, not a paper setting
 
 NBest = list[tuple[str, float]]
 _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingConfig))
@@ -50,6 +48,9 @@ class TextTranslator:
 
     def __init__(self, tokenizers, decode: DecodeConfig | None, sampling: SamplingConfig | None,
                  max_input_tokens: int, batch_tokens: int, keep: str):
+        for name, value in (("max_input_tokens", max_input_tokens), ("batch_tokens", batch_tokens)):
+            if value is not None and (type(value) is not int or value < 2):  # a token and the EOS
+                raise ValueError(f"{name} must be a whole number of at least 2, got {value!r}")
         self.tokenizers = tokenizers
         self.decode = decode or DecodeConfig()
         self.sampling = sampling or SamplingConfig()
@@ -116,6 +117,9 @@ class TextTranslator:
             given.setdefault("method", "beam")
         sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
         decode = dataclasses.replace(self.decode, **given)
+        if sampling and decode.method != "sample":  # not silently ignored
+            raise ValueError(f"{', '.join(sorted(sampling))} set for sampling, but the method is {decode.method!r}: "
+                             "add method 'sample' (--method sample)")
         if nbest is not None:
             if decode.method != "beam" or decode.beam_size < max(nbest, 2):
                 raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "
@@ -141,7 +145,8 @@ class Translator(TextTranslator):
         if not hasattr(model, "max_input_length"):  # one stack (GPT, BERT): no source to translate from
             raise ValueError(f"a {model.model_type} model does not translate: a Translator needs an encoder-decoder "
                              "(a model directory without task.json is read as a translation model)")
-        super().__init__(tokenizers, decode, sampling, max_input_tokens or model.max_input_length, batch_tokens, keep)
+        limit = model.max_input_length if max_input_tokens is None else max_input_tokens
+        super().__init__(tokenizers, decode, sampling, limit, batch_tokens, keep)
         self.model = model.eval()
         check_vocab(model.config, tokenizers)
         if quantize not in (None, "int8"):

@@ -38,8 +38,8 @@ import logging
 from itertools import groupby
 from pathlib import Path
 
-from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, SamplingConfig
-from aiayn.decoding.translator import DEFAULT_BATCH_TOKENS, TextTranslator
+from aiayn.config import BOS_ID, DEFAULT_BATCH_TOKENS, EOS_ID, PAD_ID, DecodeConfig, SamplingConfig
+from aiayn.decoding.translator import TextTranslator
 
 log = logging.getLogger(__name__)
 

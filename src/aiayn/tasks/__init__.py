@@ -96,7 +96,8 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     pipeline = task_class(task).pipeline
     if backend not in pipeline.backends:
         raise ValueError(f"{model_dir}: a {task} model runs on the {' or '.join(pipeline.backends)} backend, not {backend}")
-    foreign = sorted(k for k, v in options.items() if v is not None and k not in pipeline.load_options)
+    options = {k: v for k, v in options.items() if v is not None}  # None: as task.json says
+    foreign = sorted(k for k in options if k not in pipeline.load_options)
     if foreign:
         takes = f"it takes {', '.join(pipeline.load_options)}" if pipeline.load_options else "it takes none"
         raise ValueError(f"{model_dir}: a {task} model has no {' or '.join(foreign)} option ({takes})")
