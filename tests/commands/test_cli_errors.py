@@ -222,3 +222,8 @@ def test_average_names_a_missing_checkpoint_and_a_checkpoints_folder_without_las
     with pytest.raises(SystemExit):
         main(["average", str(tmp_path), "--last", "0", "-o", str(tmp_path / "out")])
     assert "argument --last: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_resume_with_another_run_dir_is_one_line(tmp_path, capsys):
+    assert main(["train", "--resume", str(tmp_path / "run"), "--run-dir", str(tmp_path / "other")]) == 2
+    assert "--resume RUN_DIR names the run" in one_error_line(capsys.readouterr().err, "train")

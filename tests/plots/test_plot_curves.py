@@ -70,3 +70,16 @@ def test_empty_file_is_an_error(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("")
     with pytest.raises(ValueError, match="no metrics"):
         curves.plot_curves(tmp_path)
+
+
+def test_a_png_goes_through_a_link_and_refuses_another_format_s_name(tmp_path):
+    from aiayn.plots._figure import new_figure
+
+    fig = new_figure((100, 80))
+    (tmp_path / "real.png").write_bytes(b"old")
+    (tmp_path / "link.png").symlink_to("real.png")
+    save_png(fig, tmp_path / "link.png")
+    assert (tmp_path / "link.png").is_symlink() and (tmp_path / "real.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match=r"x\.jpg: plots are written as PNG"):
+        save_png(fig, tmp_path / "x.jpg")
+    assert not (tmp_path / "x.jpg").exists()

@@ -61,6 +61,8 @@ def run(args) -> int:
     if args.resume:
         if args.config:
             raise ValueError("give either CONFIG or --resume RUN_DIR, not both")
+        if any(o.strip().startswith("train.run_dir") for o in overrides):
+            raise ValueError("--resume RUN_DIR names the run; --run-dir (or --set train.run_dir) would point elsewhere")
         cfg = resume_config(args.resume, overrides)
     elif args.config:
         cfg = load_config(args.config, overrides)

@@ -30,8 +30,11 @@ def new_figure(size: tuple[int, int] = DEFAULT_SIZE, dpi: int = DPI) -> Figure:
 
 
 def save_png(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as a PNG at its own size and dpi (no tight bbox, so the pixel size is exact)."""
+    """Write `fig` as a PNG at its own size and dpi (no tight bbox, so the pixel size is exact); a path
+    named for another format (x.jpg) is an error rather than PNG bytes under that name."""
     path = Path(path)
+    if path.suffix and path.suffix.lower() != ".png":
+        raise ValueError(f"{path}: plots are written as PNG; name the file .png")
     with output_file(path, binary=True) as f:  # a link, FIFO or device is written through
         fig.savefig(f, format="png", dpi=fig.dpi)
     return path
