@@ -97,7 +97,8 @@ def run(args) -> int:
 def _test(cfg, evaluate_test) -> None:
     from tqdm.auto import tqdm
 
-    with tqdm(unit="sent", desc="test", file=sys.stderr, disable=not cfg.train.progress) as bar:
+    # delay: no bar for a test over within a second, or one that reports no progress (a language model's)
+    with tqdm(unit="sent", desc="test", file=sys.stderr, disable=not cfg.train.progress, delay=1.0) as bar:
         test = evaluate_test(cfg, progress=bar.update)
     if test is not None:
         scores = test.get("detail") or json.dumps({k: v for k, v in test.items() if k not in _TEST_META})
