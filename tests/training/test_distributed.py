@@ -1,9 +1,11 @@
 """DDP with gloo on CPU: 2 ranks with 1 micro-batch each per update == 1 process with both."""
 
 import ast
+import os
 import socket
 import time
 
+import pytest
 import torch
 import torch.multiprocessing as mp
 
@@ -59,3 +61,30 @@ def test_an_unknown_best_metric_stops_every_rank(tmp_path):
             raise AssertionError("a rank hung on an unknown train.best_metric")
     for rank in (0, 1):
         assert "best_metric = 'rouge'" in (tmp_path / "run" / f"rank{rank}.error").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_resumed_under_torchrun_continues_as_the_uninterrupted_one(tmp_path):
+    """Resuming asks every rank whether the run is finished (a collective); only rank 0 once asked,
+    and the ranks' next collectives crossed. A finished run resumed again does nothing, on every rank."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    recipe = Path(__file__).resolve().parents[2] / "src" / "aiayn" / "recipes" / "demo.toml"
+    common = ["--set", "train.cooldown=0", "--set", "data.n_train=2000"]
+
+    def torchrun(*args):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(_free_port()), "-m", "aiayn", "train", *args]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    torchrun(str(recipe), *common, "--set", "train.max_updates=8", "--run-dir", str(tmp_path / "whole"))
+    torchrun(str(recipe), *common, "--set", "train.max_updates=4", "--run-dir", str(tmp_path / "half"))
+    torchrun("--resume", str(tmp_path / "half"), "--set", "train.max_updates=8")
+    torchrun("--resume", str(tmp_path / "half"), "--set", "train.max_updates=8")  # finished: nothing to do
+    whole, resumed = (load_file(tmp_path / run / "model" / "model.safetensors") for run in ("whole", "half"))
+    assert all(torch.equal(whole[name], resumed[name]) for name in whole)

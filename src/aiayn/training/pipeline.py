@@ -94,7 +94,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
                               valid_data=task.valid_data(), dist=dist, progress=progress)
             if resume:
                 resume_from_last_good(trainer, run_dir)
-            if dist.is_main and trainer.finished() is None:  # a finished run keeps its config as it was
+            finished = trainer.finished()  # a collective: every rank asks
+            if dist.is_main and finished is None:  # a finished run keeps its config as it was
                 save_config(cfg, run_dir)
             return trainer.fit()
     finally:
