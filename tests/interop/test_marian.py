@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -59,6 +60,32 @@ def test_export_gives_aiayns_logits_and_round_trip_tensors(marian_dirs, tmp_path
     hf, tok = _hf(out)
     theirs, src, tgt = _hf_logits(hf, tok)
     assert_logits_close(_our_logits(load_model(ours), load_tokenizers(ours), src, tgt, hf.config.pad_token_id), theirs)
+
+
+def test_an_untied_output_keeps_the_sides_embeddings_in_and_out(marian_dirs, tmp_path):
+    """tie_word_embeddings false: transformers 5 computes with model.{encoder,decoder}.embed_tokens,
+    matrices of their own beside model.shared; the import reads them, the export writes them."""
+    from transformers import MarianConfig, MarianMTModel
+
+    hf_dir, _ = marian_dirs
+    untied = tmp_path / "hf"
+    shutil.copytree(hf_dir, untied)
+    fields = {**json.loads((untied / "config.json").read_text()), "tie_word_embeddings": False}
+    config = MarianConfig(**{k: v for k, v in fields.items() if k not in ("architectures", "transformers_version",
+                                                                           "model_type")})
+    torch.manual_seed(3)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 0.5)
+        model.lm_head.weight.normal_(0, 0.3)
+    model.save_pretrained(untied)
+    ours = import_hf(untied, tmp_path / "ours")
+    hf, tok = _hf(untied)
+    theirs, src, tgt = _hf_logits(hf, tok)
+    mine = _our_logits(load_model(ours), load_tokenizers(ours), src, tgt, hf.config.pad_token_id)
+    assert_logits_close(mine, theirs)
+    back, tok = _hf(export_hf(ours, tmp_path / "back"))
+    assert_logits_close(mine, _hf_logits(back, tok)[0])
 
 
 def test_an_aiayn_trained_model_exports_as_marian(tmp_path, shared_data):  # shared_data: skips without ../shared

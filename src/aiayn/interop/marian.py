@@ -95,10 +95,24 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         n_encoder_layers=c("encoder_layers"), n_decoder_layers=c("decoder_layers"), d_ff=d_ff,
         dropout=c("dropout", 0.1), attention_dropout=c("attention_dropout", 0.0),
         activation_dropout=c("activation_dropout", 0.0), max_positions=c("max_position_embeddings", 512),
-        share_embeddings=c("share_encoder_decoder_embeddings", True), tie_output=c("tie_word_embeddings", True),
+        share_embeddings=c("share_encoder_decoder_embeddings", True) and not _embeddings_apart(ckpt),
+        tie_output=c("tie_word_embeddings", True),
         layer_norm_eps=LAYER_NORM_EPS, activation=activation_in(ckpt, "activation_function", "gelu"),
         logits_bias=True, sinusoid_layout="halves", scale_embeddings=bool(c("scale_embedding", False)))
     return Imported("encoder-decoder", config, params(config, src, tgt), tokenizers, _task_info(ckpt, config))
+
+
+SIDE_EMBEDDINGS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+
+
+def _embeddings_apart(ckpt: Checkpoint) -> bool:
+    """Whether the encoder's and decoder's embeddings are matrices of their own, whatever
+    share_encoder_decoder_embeddings says: transformers 5 keeps them apart from model.shared when
+    tie_word_embeddings is false, and computes with them."""
+    if not all(ckpt.has(name) for name in SIDE_EMBEDDINGS) or not ckpt.has("model.shared.weight"):
+        return False
+    shared = ckpt.tensor("model.shared.weight")
+    return not all(torch.equal(ckpt.tensor(name), shared) for name in SIDE_EMBEDDINGS)
 
 
 def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
@@ -172,6 +186,8 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
     if cfg.sinusoid_layout == "interleaved":
         state = permute_residual(state, residual_permutation(cfg.d_model))
     tensors = dump_params(state, params(cfg, src, tgt))
+    if cfg.share_embeddings and not cfg.tie_output:  # the sides' own names too: transformers 5 reads them then
+        tensors.update({name: tensors["model.shared.weight"].clone() for name in SIDE_EMBEDDINGS})
     if not cfg.logits_bias:
         tensors["final_logits_bias"] = torch.zeros(1, tgt.hf_size)
     config = {
