@@ -106,3 +106,16 @@ def _finite(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
+
+
+def peer_installed(module: str, row: str) -> bool:
+    """Whether the optional peer `module` imports; if not, says on stderr that `row` is left out."""
+    import importlib
+    import sys
+
+    try:
+        importlib.import_module(module)
+        return True
+    except ImportError as e:
+        print(f"{row}: skipped: {module} does not import ({e}; pip install -e '.[bench]')", file=sys.stderr)
+        return False

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, peer_installed, set_threads  # noqa: E402
 
 from aiayn.config import DecodeConfig  # noqa: E402
 from aiayn.data.corpus import read_lines  # noqa: E402
@@ -81,7 +81,7 @@ def run(model_dir: Path, sources: list[str], refs: list[str], options: dict, thr
         row = decode(f"aiayn {name}", load_pipeline(model_dir, **precision).translator, sources, refs, options)
         rows.append({**row, "quantization": name, "model_mb": model_mb})
     with tempfile.TemporaryDirectory(prefix="aiayn-export-") as tmp:
-        for quantization in ("float32", "int8"):
+        for quantization in ("float32", "int8") if peer_installed("ctranslate2", "ct2 rows") else ():
             out = export_ctranslate2(model_dir, Path(tmp) / quantization, quantization)
             translator = CT2Translator.from_pretrained(out, threads=threads)
             row = decode(f"ct2 {quantization}", translator, sources, refs, options)

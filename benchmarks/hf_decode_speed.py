@@ -31,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests" / "interop"), str(ROOT / "tests")]  # the interop tests' checkpoint builders
 
-from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, peer_installed, set_threads  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -142,15 +142,17 @@ def main(argv=None) -> int:
               f"vocabulary {args.vocab}) in {time.perf_counter() - t:.1f} s", file=sys.stderr)
         peers = {"aiayn": lambda: ours(model_dir, texts, args),
                  "transformers": lambda: hf_generate(hf_dir, texts, args)}
-        if not args.no_ct2:
+        if not args.no_ct2 and peer_installed("ctranslate2", "ctranslate2"):
             peers["ctranslate2"] = lambda: ct2_translate(hf_dir, texts, args, tmp)
         rows = []
         for name, run in peers.items():
             seconds, tokens = run()
             rows.append({"peer": name, "seconds": seconds, "tokens": tokens, "tok_s": tokens / seconds})
+        if "ctranslate2" not in peers:
+            rows.append({"peer": "ctranslate2", "seconds": None, "tokens": None, "tok_s": None})
     base = next(r["tok_s"] for r in rows if r["peer"] == "transformers")
     for r in rows:
-        r["ratio_vs_transformers"] = r["tok_s"] / base
+        r["ratio_vs_transformers"] = r["tok_s"] / base if r["tok_s"] is not None else None
     print(f"beam {args.beam}, {args.sentences} sentences in batches of {args.batch}, at most {args.max_new_tokens} "
           f"target tokens each, {args.threads} threads, fp32")
     print(format_table(rows, [("peer", "peer", ""), ("tokens", "tokens", ""), ("seconds", "seconds", ".2f"),

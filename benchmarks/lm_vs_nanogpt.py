@@ -65,6 +65,14 @@ print('FULL_VAL', total / (n * T), n * T, ckpt['iter_num'])
 """
 
 
+def peer_run(command: list[str], cwd: Path, env: dict) -> str:
+    """The stdout of a nanoGPT command; its failure is an error showing the end of its stderr."""
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"nanoGPT's {' '.join(command[1:3])} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
 def run_nanogpt(iters: int, threads: int, workdir: Path) -> dict:
     peer = workdir / "nanogpt"
     shutil.copytree(PEER, peer)
@@ -72,19 +80,19 @@ def run_nanogpt(iters: int, threads: int, workdir: Path) -> dict:
     (data / "input.txt").write_bytes(gzip.decompress(TEXT.read_bytes()))
     (data / "requests.py").write_text("def get(url):\n    raise RuntimeError('offline: input.txt is in place')\n")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    subprocess.run([sys.executable, "data/shakespeare_char/prepare.py"], cwd=peer, env=env, check=True,
-                   capture_output=True)
+    peer_run([sys.executable, "data/shakespeare_char/prepare.py"], peer, env)
+    # its config evaluates (and saves) every 250 iterations and warms up for 100: a run of another length
+    # ends on a save of its own, and a short one warms up for half its iterations (100 of 100 divided by 0)
     args = [f"--{k}={v}" for k, v in SIZES.items()] + [
         "--device=cpu", "--compile=False", "--eval_iters=20", "--log_interval=1", f"--max_iters={iters}",
-        f"--lr_decay_iters={iters}", "--always_save_checkpoint=True"]
+        f"--lr_decay_iters={iters}", "--always_save_checkpoint=True", f"--warmup_iters={min(100, iters // 2)}",
+        f"--eval_interval={250 if iters % 250 == 0 else iters}"]
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "train.py", "config/train_shakespeare_char.py", *args], cwd=peer, env=env,
-                         check=True, capture_output=True, text=True).stdout
+    out = peer_run([sys.executable, "train.py", "config/train_shakespeare_char.py", *args], peer, env)
     wall = time.perf_counter() - start
     times = [float(t) for n, t in re.findall(r"iter (\d+): loss [\d.]+, time ([\d.]+)ms", out) if int(n) > 0]
     own = re.findall(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)", out)
-    evaluated = subprocess.run([sys.executable, "-c", NANOGPT_EVAL], cwd=peer, env=env, check=True,
-                               capture_output=True, text=True).stdout
+    evaluated = peer_run([sys.executable, "-c", NANOGPT_EVAL], peer, env)
     full, n_chars, at = re.search(r"FULL_VAL ([\d.]+) (\d+) (\d+)", evaluated).groups()
     ms = statistics.median(times)
     return {"system": "nanoGPT (uncompiled)", "iters": iters, "ms_per_iter": ms,

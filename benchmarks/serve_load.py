@@ -56,7 +56,7 @@ from pathlib import Path
 
 from aiayn.serve.batcher import BatchConfig
 
-from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, set_threads
+from _common import SHARED_DATA, add_common_arguments, emit_json, format_table, peer_installed, set_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENTS = (1, 8, 32, 128)
@@ -338,6 +338,8 @@ def main() -> None:
     clients = tuple(int(c) for c in args.clients.split(","))
     if args.client == "wrk" and not args.overflow_only and shutil.which("wrk") is None:
         raise SystemExit("--client wrk needs wrk on the PATH (apt-get install wrk)")
+    if args.ctranslate2 and not peer_installed("ctranslate2", "--ctranslate2"):
+        raise SystemExit("--ctranslate2 needs ctranslate2 (pip install -e '.[ct2]'); nothing was measured")
     if args.wrk_seconds < 1 or args.overflow_runs < 1:
         raise SystemExit("--wrk-seconds and --overflow-runs must be at least 1")
     wrk_seconds = args.wrk_seconds if args.client == "wrk" else 0

@@ -543,3 +543,24 @@ def test_seed_spread_refuses_runs_that_report_different_figures():
     assert spread.same_columns(bleu) == ["test.bleu"]
     with pytest.raises(SystemExit, match=r"^c: its figures are not those of a \(test.bleu, test.rouge2 differ\)"):
         spread.same_columns([*bleu, {"run": "c", "test.rouge2": 7.0}])
+
+
+def test_a_peer_that_does_not_import_is_left_out_with_a_note(capsys, monkeypatch, tmp_path):
+    """A missing package, or one that fails to import (a broken install), is a skipped row, not a crash."""
+    common = _benchmark("_common")
+    assert common.peer_installed("json", "json row")
+    assert not common.peer_installed("no_such_peer_module", "ct2 rows")
+    (tmp_path / "broken_peer.py").write_text("raise ImportError('a broken install')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not common.peer_installed("broken_peer", "broken rows")
+    err = capsys.readouterr().err
+    assert "ct2 rows: skipped: no_such_peer_module does not import" in err and "broken rows: skipped" in err
+
+
+def test_nanogpt_side_by_side_runs_a_length_nanogpt_does_not_save_at(tmp_path):
+    """nanoGPT's config saves every 250 iterations and warms up for 100: 60 iterations end on a save of
+    their own, and the loss is compared at the same iteration."""
+    if not (Path(__file__).resolve().parents[2] / "shared" / "peers" / "nanogpt").is_dir():
+        pytest.skip("../shared/peers/nanogpt is not beside the checkout")
+    result = _last_json_line("lm_vs_nanogpt.py", "--iters", "60", "--json")
+    assert [row["iters"] for row in result["rows"]] == [60, 60] and result["rows"][0]["checkpoint_iter"] == 60
