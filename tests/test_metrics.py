@@ -76,3 +76,9 @@ def test_babi_error_rates_and_failed_tasks():
                                  ["kitchen", "hallway", "Office.", "yes", "no"], [1, 1, 1, 2, 2])
     assert errors.per_task == {1: pytest.approx(100 / 3), 2: 0.0}
     assert errors.failed == 1 and errors.mean == pytest.approx(100 / 6)
+
+
+def test_accuracy_compares_whole_labels_even_given_one_string_per_example():
+    """A string reference is one label, not a set of substrings: "pos" is not "positive", "" matches nothing."""
+    assert metrics.accuracy(["pos", "", "neg"], ["positive", "neg", "neg"]).score == pytest.approx(100 / 3)
+    assert metrics.accuracy(["pos"], [["neg", "pos"]]).score == 100.0

@@ -210,7 +210,7 @@ def qa_scores(hyps: Sequence[str], refs: References) -> dict:
 def accuracy(hyps: Sequence[str], refs: References) -> Score:
     """Per cent of outputs equal to one of their references (labels, compared as strings)."""
     _check(hyps, refs)
-    value = 100.0 * sum(h in r for h, r in zip(hyps, refs)) / max(len(hyps), 1)
+    value = 100.0 * sum(h in r for h, r in zip(hyps, _ref_lists(refs))) / max(len(hyps), 1)  # a str is one label
     return Score("accuracy", value, "accuracy %|exact string|refs:any", f"accuracy = {value:.2f}% on {len(hyps)}")
 
 

@@ -116,6 +116,16 @@ def test_two_directories_of_one_route_without_languages_are_refused(dirs, tmp_pa
         create_app([dirs["lm"], other], batching=_thread())
 
 
+def test_two_directories_of_one_pair_or_one_directory_twice_are_refused(dirs, tmp_path):
+    """A de->en request could reach only the first of two de->en directories; a directory named twice
+    would hide its own counts under one label."""
+    other = tiny_model(tmp_path / "de-en2", "translation")
+    with pytest.raises(ValueError, match="both translate de->en"):
+        create_app([dirs["de-en"], other], batching=_thread())
+    with pytest.raises(ValueError, match="one model directory given twice"):
+        create_app([dirs["de-en"], f"{dirs['de-en']}/"], batching=_thread())
+
+
 def _thread():
     from aiayn.serve.batcher import BatchConfig
 

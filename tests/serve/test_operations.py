@@ -64,7 +64,8 @@ def test_keys_with_limits_per_key(model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("content,message", [("{}", "at least one key"), ('{"k": {"requests_per_minute": 0}}', "key 1"),
-                                             ('{"k": {"per_hour": 5}}', "key 1"), ("[", "cannot read")])
+                                             ('{"k": {"per_hour": 5}}', "key 1"), ("[", "cannot read"),
+                                             ('{"k": {}, "k": {"requests_per_minute": 9}}', "'k' named more than once")])
 def test_a_bad_keys_file_is_refused_with_where(tmp_path, content, message):
     path = tmp_path / "keys.json"
     path.write_text(content)

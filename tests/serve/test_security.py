@@ -130,3 +130,20 @@ def test_the_web_page_works_when_given_the_key(task_dirs, live_server, chromium)
 def test_a_key_that_is_not_the_key_is_refused(guarded, given):
     response = guarded["translation"].post("/translate", json={"q": "a b", "api_key": given})
     assert response.status_code == 403, response.text
+
+
+
+def test_a_key_that_is_a_lone_surrogate_is_refused_not_a_500(guarded):
+    response = guarded["translation"].post("/translate", content=b'{"q": "a b", "api_key": "\\ud800"}',
+                                           headers={"content-type": "application/json"})
+    assert response.status_code == 403, response.text
+
+
+def test_the_api_key_and_a_keys_file_both_open_the_server(task_dirs):
+    from aiayn.serve.limits import KeyLimits
+
+    limits = ServeLimits(api_key=KEY, api_keys=(("alice", KeyLimits()),))
+    with task_clients({"translation": task_dirs["translation"]}, limits=limits) as clients:
+        for key in (KEY, "alice"):
+            assert clients["translation"].post("/translate", json={"q": "a b", "api_key": key}).status_code == 200
+        assert clients["translation"].post("/translate", json={"q": "a b", "api_key": "mallory"}).status_code == 403

@@ -85,3 +85,18 @@ def test_a_tiny_gpt_learns_a_repeating_text_and_generates_it(tmp_path, capsys):
     assert long == ("defgabc" * 6)[:40]
     assert main(["generate", "--model", model_dir, "--prompt", "abc", "--max-new-tokens", "30", "--seed", "3"]) == 0
     assert len(capsys.readouterr().out) == 3 + 30 + 1
+
+
+def test_generate_refuses_sampling_settings_under_greedy_and_an_unknown_method():
+    """As the other doors do (Translator.settings): not silently ignored, and a typo is no sampling."""
+    torch.manual_seed(0)
+    from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+    tokenizer = CharTokenizer.from_text("abcdefgh")
+    generator = Generator(DecoderOnly(DecoderOnlyConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2,
+                                                        n_layers=1, d_ff=32, max_positions=8)), tokenizer)
+    with pytest.raises(ValueError, match="temperature, top_k set for sampling, but the method is 'greedy'"):
+        generator.generate("abc", 3, method="greedy", temperature=0.5, top_k=2)
+    with pytest.raises(ValueError, match="method must be 'sample' or 'greedy', got 'greedyy'"):
+        generator.generate("abc", 3, method="greedyy", seed=1)
+    assert len(generator.generate("abc", 3, method="greedy")) <= 3

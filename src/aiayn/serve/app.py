@@ -234,12 +234,15 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
     if not dirs:
         raise ValueError("no model directory to serve")
+    twice = sorted({str(d) for d in dirs if [Path(e).resolve() for e in dirs].count(Path(d).resolve()) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)}: one model directory given twice")
     services = [ModelService(d, device, batching, limits, backend, options) for d in dirs]
     directions = tuple(dict.fromkeys(pair for s in services for pair in s.pipeline.directions()))
     for service in services:
         service.directions = directions
     routes = routes_of(services)
-    keys = KeyRing(dict(limits.api_keys) or ({limits.api_key: UNLIMITED} if limits.api_key else {}))
+    keys = KeyRing({**dict(limits.api_keys), **({limits.api_key: UNLIMITED} if limits.api_key else {})})  # both flags: both keys
 
     @asynccontextmanager
     async def lifespan(app):
@@ -307,15 +310,20 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
 def routes_of(services: list) -> list:
     """(service, route) for every route of every directory; a route several directories share must
     be told apart by language (each of them translates named pairs)."""
-    pairs, owner = [], {}
+    pairs, owners = [], {}
     for service in services:
         for route in service.pipeline.routes:
-            key = (route.method, route.path)
-            other = owner.setdefault(key, service)
-            if other is not service and not (other.pipeline.directions() and service.pipeline.directions()):
-                raise ValueError(f"{route.method} {route.path} is a route of both {other.model_dir} and "
-                                 f"{service.model_dir}: serve them apart (only translation models of named "
-                                 "language pairs share a route)")
+            for other in owners.setdefault((route.method, route.path), []):
+                mine, theirs = set(service.pipeline.directions()), set(other.pipeline.directions())
+                if not (mine and theirs):
+                    raise ValueError(f"{route.method} {route.path} is a route of both {other.model_dir} and "
+                                     f"{service.model_dir}: serve them apart (only translation models of named "
+                                     "language pairs share a route)")
+                if mine & theirs:
+                    both = ", ".join(f"{a}->{b}" for a, b in sorted(mine & theirs))
+                    raise ValueError(f"{other.model_dir} and {service.model_dir} both translate {both}: a request "
+                                     "could not choose between them; serve them apart")
+            owners[(route.method, route.path)].append(service)
             pairs.append((service, route))
     return pairs
 

@@ -35,7 +35,7 @@ UNLIMITED = KeyLimits(requests_per_minute=10 ** 12, chars_per_minute=10 ** 15)  
 def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
     """The keys of a JSON file (see the module) -> their limits. Errors name the file and the key's position."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_once_each)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot read the api keys ({e})") from None
     if not isinstance(data, dict) or not data:
@@ -49,6 +49,15 @@ def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{path}: key {i + 1}: {e}") from None
     return keys
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object whose names are all different (json.loads keeps a repeated key's last value, silently)."""
+    names = [name for name, _ in pairs]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(map(repr, repeated))} named more than once")
+    return dict(pairs)
 
 
 def request_chars(fields: Mapping[str, Any]) -> int:
@@ -104,7 +113,7 @@ class KeyRing:
             return None
         found = None
         for key in self.keys:  # every key compared, in constant time each
-            if hmac.compare_digest(given.encode(), key.encode()):
+            if hmac.compare_digest(given.encode(errors="surrogatepass"), key.encode()):  # JSON may hold a lone surrogate
                 found = key
         return found
 

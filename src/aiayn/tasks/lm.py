@@ -171,6 +171,10 @@ class Generator(Pipeline):
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        given = sorted(k for k, v in {**sampling, "seed": seed}.items() if v is not None)
+        if method not in ("sample", "greedy") or (method == "greedy" and given):  # as Translator.settings
+            raise ValueError(f"method must be 'sample' or 'greedy', got {method!r}" if method not in ("sample", "greedy")
+                             else f"{', '.join(given)} set for sampling, but the method is 'greedy'")
         # verbatim, white space included: a language model trained on running text continues a prompt's
         # trailing space (the other tasks' inputs are stripped, as their training lines were: input_tokens)
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
