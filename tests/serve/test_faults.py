@@ -107,11 +107,15 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
-def test_sigterm_under_load_answers_every_accepted_request(model_dir):
+@pytest.mark.parametrize("group", [False, True])
+def test_sigterm_under_load_answers_every_accepted_request(model_dir, group):
+    """To the server alone, or to its whole process group (systemd's KillMode=control-group, kill -TERM
+    -PGID), which ends the decoder's fork server too: that must not read as the decoder's death."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", str(model_dir), "--port", str(port),
-                               "--max-batch", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                               "--max-batch", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=group)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -128,7 +132,7 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir):
             futures = [pool.submit(httpx.post, f"{url}/v1/translate", json=body, timeout=120) for _ in range(n)]
             wait_for(url, lambda m: m["requests"] + m["queue_length"] + m["texts_in_flight"] >= n,
                      "every request accepted")  # 2 in flight, the rest queued (or done)
-            server.send_signal(signal.SIGTERM)
+            os.killpg(server.pid, signal.SIGTERM) if group else server.send_signal(signal.SIGTERM)
             answers = [f.result() for f in futures]
         assert [a.status_code for a in answers] == [200] * n
         assert server.wait(60) in (0, -signal.SIGTERM)  # uvicorn ends by re-raising the signal it drained on

@@ -160,7 +160,12 @@ class WorkerProcess:
     def _receive(self) -> tuple:
         from multiprocessing.connection import wait
 
-        if self.conn in wait([self.conn, self.process.sentinel]):
+        ready = wait([self.conn, self.process.sentinel])
+        if self.conn not in ready and _running(self.process.pid):
+            # the sentinel is the fork server's, which a SIGTERM to the whole process group (systemd, kill -TERM
+            # -PGID) ends while the decoder, ignoring it, drains: its pipe still says when it ends (EOF)
+            ready = wait([self.conn])
+        if self.conn in ready:
             try:
                 return self.conn.recv()
             except (EOFError, OSError):
@@ -188,6 +193,19 @@ class RemoteSession:
 
     def cancel(self, request) -> int:
         return self.worker._call("cancel", request)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists (a zombie too: its pipe then reads EOF, which `_receive` handles)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _kill(process) -> None:
