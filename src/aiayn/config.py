@@ -296,6 +296,14 @@ class SamplingConfig:
                f"seed must be from -2**63 to 2**64 - 1, got {self.seed}")
 
 
+def check_sampling_use(method: str, given: Iterable[str]) -> None:
+    """Sampling settings among the names `given` (temperature, top_k, top_p) only with method 'sample':
+    any other method would ignore them. A seed is harmless anywhere: one body may serve every method."""
+    used = sorted(set(given) & {"temperature", "top_k", "top_p"})
+    _check(not used or method == "sample",
+           f"{', '.join(used)} set for sampling, but the method is {method!r}: add method 'sample' (--method sample)")
+
+
 def check_choice(name: str, value: Any, choices: tuple) -> None:
     """`value` of field `name` is one of `choices`; the error names the field and the choices."""
     _check(value in choices, f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")

@@ -88,6 +88,7 @@ def test_an_image_of_too_many_patches_or_two_sizes_in_a_request_is_a_422(clients
     ({"prompt": ["a b"]}, "prompt must be a string"),  # was a 500: one prompt per request
     ({"max_new_tokens": 10 ** 30}, "integers must fit in 64 bits"),  # refused as the JSON is read
     ({"max_new_tokens": 10 ** 12}, "max_new_tokens must be"),
+    ({"temperature": 0.5, "seed": 3}, "temperature set for sampling, but the method is 'greedy'"),  # not ignored
 ])
 def test_generate_refuses_a_value_of_the_wrong_type(clients, fields, message):
     response = clients["lm"].post("/v1/generate", json={"prompt": "a b", "method": "greedy", **fields})

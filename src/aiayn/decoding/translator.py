@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from aiayn.config import DEFAULT_BATCH_TOKENS, PAD_ID, DecodeConfig, SamplingConfig
+from aiayn.config import DEFAULT_BATCH_TOKENS, PAD_ID, DecodeConfig, SamplingConfig, check_sampling_use
 from aiayn.decoding.beam import beam_search
 from aiayn.decoding.common import input_tokens, pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
@@ -117,9 +117,7 @@ class TextTranslator:
             given.setdefault("method", "beam")
         sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
         decode = dataclasses.replace(self.decode, **given)
-        if sampling and decode.method != "sample":  # not silently ignored
-            raise ValueError(f"{', '.join(sorted(sampling))} set for sampling, but the method is {decode.method!r}: "
-                             "add method 'sample' (--method sample)")
+        check_sampling_use(decode.method, sampling)  # not silently ignored
         if nbest is not None:
             if decode.method != "beam" or decode.beam_size < max(nbest, 2):
                 raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "

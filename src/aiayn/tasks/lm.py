@@ -26,7 +26,7 @@ from typing import Callable, ClassVar, Iterator, Mapping, Optional
 import numpy as np
 import torch
 
-from aiayn.config import PAD_ID
+from aiayn.config import PAD_ID, check_choice, check_sampling_use
 from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
@@ -145,6 +145,7 @@ class Generator(Pipeline):
             from aiayn.config import SamplingConfig
 
             SamplingConfig(**{k: options[k] for k in ("temperature", "top_k", "top_p", "seed") if options[k] is not None})
+            check_sampling_use(r.method, [k for k in ("temperature", "top_k", "top_p") if options[k] is not None])
         except (TypeError, ValueError) as e:
             raise RequestError(str(e)) from None
         if r.stream:
@@ -171,10 +172,8 @@ class Generator(Pipeline):
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        given = sorted(k for k, v in {**sampling, "seed": seed}.items() if v is not None)
-        if method not in ("sample", "greedy") or (method == "greedy" and given):  # as Translator.settings
-            raise ValueError(f"method must be 'sample' or 'greedy', got {method!r}" if method not in ("sample", "greedy")
-                             else f"{', '.join(given)} set for sampling, but the method is 'greedy'")
+        check_choice("method", method, ("sample", "greedy"))
+        check_sampling_use(method, [k for k, v in sampling.items() if v is not None])  # as Translator.settings
         # verbatim, white space included: a language model trained on running text continues a prompt's
         # trailing space (the other tasks' inputs are stripped, as their training lines were: input_tokens)
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
