@@ -69,11 +69,15 @@ class QAData(TextPairSettings):
         {**TextPairSettings.renamed, "valid_fraction": "carve_fraction"})
     format: str = "babi"  # "babi" (bAbI story files) | "jsonl" (context, question, answer records)
     carve_fraction: float = 0.0  # > 0: valid_split is this share of the training files' stories (by hash)
+    carve_offset: float = 0.0  # where in the hash's range the carve starts: 0.1 with 0.1 is disjoint from 0 with 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.format in ("babi", "jsonl"), f"data.format must be 'babi' or 'jsonl', got {self.format!r}")
         check_fraction("carve_fraction", self.carve_fraction)
+        check(0.0 <= self.carve_offset and self.carve_offset + self.carve_fraction <= 1.0,
+              f"data.carve_offset + data.carve_fraction must be within [0, 1], got {self.carve_offset} + "
+              f"{self.carve_fraction}")
 
 
 class QA(TextPipeline):
@@ -166,7 +170,8 @@ class QATask(Seq2SeqTask):
             if path not in self._parsed:  # each split reads the same files: parse them once
                 self._parsed[path] = read_babi(path)
             for ex in self._parsed[path]:
-                if carve and carved(f"{path.name}:{ex.story}", data.carve_fraction) != (split == data.valid_split):
+                if carve and carved(f"{path.name}:{ex.story}", data.carve_fraction, data.carve_offset) != (
+                        split == data.valid_split):
                     continue
                 src.append(qa_source(" ".join(ex.context), ex.question))
                 refs.append([ex.answer])

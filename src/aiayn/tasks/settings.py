@@ -100,7 +100,9 @@ def check_fraction(name: str, value: float) -> None:
     check(math.isfinite(value) and 0.0 <= value < 1.0, f"data.{name} must be in [0, 1), got {value}")
 
 
-def carved(key: str, fraction: float) -> bool:
+def carved(key: str, fraction: float, offset: float = 0.0) -> bool:
     """Whether the example named `key` belongs to a validation split carved from the training
-    data: a hash, not a random draw, so the split is the same in every run and on every machine."""
-    return stable_hash(key) / 2**64 < fraction
+    data: a hash, not a random draw, so the split is the same in every run and on every machine.
+    The carve is the keys whose hash falls in [offset, offset + fraction) of its range: another
+    offset carves a disjoint split (for a figure no setting was chosen on)."""
+    return offset <= stable_hash(key) / 2**64 < offset + fraction
