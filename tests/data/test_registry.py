@@ -84,7 +84,7 @@ def test_corrupt_download_rejected_and_not_cached(server, tmp_path):
 
 
 def test_interrupted_download_fails_clearly_after_retries(server, tmp_path):
-    with pytest.raises(DownloadError, match=r"val\.en\.gz failed after 3 attempts"):
+    with pytest.raises(DownloadError, match=r"val\.en\.gz failed after 3 attempts: .*pass it as data\.data_dir"):
         resolve_files("multi30k", "val", ["en"], cache_dir=tmp_path, base_url=f"{server}/drop",
                       retries=2, backoff_s=0.01)
     assert _leftovers(tmp_path) == []

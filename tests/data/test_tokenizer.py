@@ -180,3 +180,14 @@ def test_a_symbol_vocabulary_that_is_not_a_list_names_its_file(symbols):
     """A string would otherwise pass as its characters, a number as a TypeError traceback."""
     with pytest.raises(TokenizerError, match=r"vocab\.symbols\.json: not a symbol vocabulary"):
         SymbolTokenizer.from_bytes(f'{{"symbols": {symbols}}}'.encode(), source="vocab.symbols.json")
+
+
+def test_a_data_tokenizer_that_is_not_there_says_which_setting_and_what_to_do(tmp_path):
+    """sst2-classify.toml reads the vocabulary of sst2-mlm.toml's run: without that run, say so."""
+    from types import SimpleNamespace
+
+    from aiayn.tasks.base import run_tokenizers
+    from aiayn.training.distributed import SINGLE
+
+    with pytest.raises(FileNotFoundError, match=r"data\.tokenizer = .*nope: no such directory; train the run"):
+        run_tokenizers(SimpleNamespace(tokenizer=str(tmp_path / "nope")), tmp_path, SINGLE, True, lambda: None)

@@ -37,6 +37,18 @@ def test_the_qa_carve_takes_only_the_training_files_stories(tmp_path):
     assert len(test.src) == 60  # the test files are read whole: no story is carved out of them
 
 
+def test_a_carve_at_another_offset_is_disjoint_from_the_first(tmp_path):
+    """data.carve_offset: a second validation split of the same size, with no story of the first."""
+    (tmp_path / "qa1_x_train.txt").write_text("".join(f"1 Person{i} went to the garden.\n2 Where is Person{i}?\t"
+                                                      "garden\t1\n" for i in range(200)))  # every story its own
+    first = babi_task(tmp_path, 0.3).examples("valid")
+    second = babi_task(tmp_path, 0.3, "data.carve_offset=0.3").examples("valid")
+    assert 30 < len(first.src) < 90 and 30 < len(second.src) < 90
+    assert not set(first.src) & set(second.src)
+    train = babi_task(tmp_path, 0.3, "data.carve_offset=0.3").examples("qa*_train.txt")
+    assert len(train.src) + len(second.src) == len(babi_task(tmp_path, 0.0).examples("qa*_train.txt").src)
+
+
 def test_empty_test_records_are_counted_in_the_report(tmp_path, caplog):
     rows = [{"body": f"a b c {w}", "subject": w} for w in "defgh"]
     write_jsonl(tmp_path / "train.jsonl.gz", rows)

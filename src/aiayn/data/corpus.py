@@ -207,7 +207,8 @@ def resolve_source(source: Source, split: str = "train", langs: Optional[Sequenc
     if path.is_file():
         return (path,), True
     raise CorpusFileNotFound(f"{source}: neither a known corpus ({', '.join(registry.REGISTRY)}) "
-                             f"nor an existing file or directory")
+                             f"nor an existing file or directory (one holding {split}.LANG[.gz] for each of "
+                             f"{'/'.join(langs or ['its two languages'])})")
 
 
 def read_corpus(source: Source, split: str = "train", langs: Optional[Sequence[str]] = None,

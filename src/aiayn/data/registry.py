@@ -194,7 +194,9 @@ def download(url: str, target: str | Path, sha256: Optional[str], retries: int =
             raise
         except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
             if attempt == retries:
-                raise DownloadError(f"download of {url} failed after {retries + 1} attempts: {e!r}") from None
+                raise DownloadError(f"download of {url} failed after {retries + 1} attempts: {e!r}; without a "
+                                    "network, put the file in a directory and pass it as data.data_dir (or set "
+                                    "AIAYN_DATA_DIR)") from None
             wait = backoff_s * 2 ** attempt
             log.warning("download of %s interrupted (%r); retry %d/%d in %.1f s", url, e, attempt + 1, retries, wait)
             time.sleep(wait)

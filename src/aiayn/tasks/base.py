@@ -84,6 +84,9 @@ def run_tokenizers(data, run_dir: Path, dist: DistInfo, fresh: bool, build: Call
     from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
 
     if data.tokenizer:
+        if not Path(data.tokenizer).is_dir():  # e.g. the model of a recipe meant to run first (sst2-mlm)
+            raise FileNotFoundError(f"data.tokenizer = {data.tokenizer}: no such directory; train the run that "
+                                    "writes it first, or drop data.tokenizer to build a vocabulary")
         return load_tokenizers(data.tokenizer)
     directory = Path(run_dir) / TOKENIZER_DIR
     if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
