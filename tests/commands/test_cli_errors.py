@@ -226,4 +226,6 @@ def test_average_names_a_missing_checkpoint_and_a_checkpoints_folder_without_las
 
 def test_resume_with_another_run_dir_is_one_line(tmp_path, capsys):
     assert main(["train", "--resume", str(tmp_path / "run"), "--run-dir", str(tmp_path / "other")]) == 2
-    assert "--resume RUN_DIR names the run" in one_error_line(capsys.readouterr().err, "train")
+    assert f"train.run_dir={tmp_path / 'other'} points elsewhere" in one_error_line(capsys.readouterr().err, "train")
+    assert main(["train", "--resume", str(tmp_path / "run"), "--run-dir", f"{tmp_path / 'run'}/"]) == 2  # the same run:
+    assert "config.toml: not found" in one_error_line(capsys.readouterr().err, "train")  # on to reading it

@@ -111,6 +111,9 @@ def test_classification(tmp_path, capsys):
     assert json.loads(scored)["accuracy"] == 100.0
     with pytest.raises(ValueError, match="a classify model has no batch_tokens option"):
         load_pipeline(directory, batch_tokens=5)  # not silently ignored
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="max_input_tokens must be a whole number of at least 1"):
+            load_pipeline(directory, max_input_tokens=bad)
 
 
 def test_image_classification(tmp_path, capsys):

@@ -61,8 +61,10 @@ def run(args) -> int:
     if args.resume:
         if args.config:
             raise ValueError("give either CONFIG or --resume RUN_DIR, not both")
-        if any(o.strip().startswith("train.run_dir") for o in overrides):
-            raise ValueError("--resume RUN_DIR names the run; --run-dir (or --set train.run_dir) would point elsewhere")
+        elsewhere = [o for o in overrides if o.strip().startswith("train.run_dir")
+                     and Path(o.partition("=")[2].strip().strip("'\"")).resolve() != Path(args.resume).resolve()]
+        if elsewhere:
+            raise ValueError(f"--resume {args.resume} names the run; {elsewhere[0]} points elsewhere")
         cfg = resume_config(args.resume, overrides)
     elif args.config:
         cfg = load_config(args.config, overrides)

@@ -155,6 +155,8 @@ class Classifier(Pipeline):
         """`max_input_tokens`, when not None, wins over task.json's."""
         from aiayn.models import load_model
 
+        if max_input_tokens is not None and (type(max_input_tokens) is not int or max_input_tokens < 1):
+            raise ValueError(f"max_input_tokens must be a whole number of at least 1, got {max_input_tokens!r}")
         info = read_task_info(model_dir, expect=cls.task)
         limit = max_input_tokens or info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens))
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, labels_of(info, model_dir), limit)

@@ -223,7 +223,8 @@ class Seq2SeqTask:
         if self.valid_set is None:
             return None
         sampler = self.valid_set.sampler(self.data.max_tokens, shuffle=False, skip_overlong=True)
-        self.note_skipped(self.data.valid_split, sampler, len(self.valid_set))
+        # under a name of its own: a test split that is the validation split decodes and scores every pair
+        self.note_skipped(f"{self.data.valid_split} (validation batches)", sampler, len(self.valid_set))
         return list(_batches(self.valid_set, sampler.batches(0)))
 
     def note_skipped(self, split: str, sampler, total: int) -> None:
