@@ -224,8 +224,13 @@ def test_average_names_a_missing_checkpoint_and_a_checkpoints_folder_without_las
     assert "argument --last: must be at least 1, got 0" in capsys.readouterr().err
 
 
-def test_resume_with_another_run_dir_is_one_line(tmp_path, capsys):
-    assert main(["train", "--resume", str(tmp_path / "run"), "--run-dir", str(tmp_path / "other")]) == 2
-    assert f"train.run_dir={tmp_path / 'other'} points elsewhere" in one_error_line(capsys.readouterr().err, "train")
-    assert main(["train", "--resume", str(tmp_path / "run"), "--run-dir", f"{tmp_path / 'run'}/"]) == 2  # the same run:
-    assert "config.toml: not found" in one_error_line(capsys.readouterr().err, "train")  # on to reading it
+def test_resume_with_another_run_dir_is_one_line(tmp_path, capsys, monkeypatch):
+    from aiayn.training.config import load_config, save_config
+
+    run = tmp_path / "run"
+    save_config(load_config(None, ["train.max_updates=1", 'data.vocab_type="symbols"', f"train.run_dir={run}"]), run)
+    assert main(["train", "--resume", str(run), "--run-dir", str(tmp_path / "other")]) == 2
+    assert f"train.run_dir) {tmp_path / 'other'} points elsewhere" in one_error_line(capsys.readouterr().err, "train")
+    monkeypatch.setattr("aiayn.training.pipeline.train", raising(RuntimeError("resumed")))  # the same run: on to it
+    assert main(["train", "--resume", str(run), "--run-dir", f"{run}/"]) == 2
+    assert one_error_line(capsys.readouterr().err, "train") == "resumed"

@@ -138,6 +138,9 @@ def test_the_shared_searches_stop_at_the_block_a_prompt_fills():
     model = DecoderOnly(DecoderOnlyConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=1, d_ff=32,
                                           max_positions=16, positional="learned")).eval()
     prompt = torch.randint(4, 20, (2, 8))
+    from aiayn.decoding.common import output_limits
+
+    assert output_limits(model, prompt, 0.0, 100).tolist() == [9, 9]  # 16 - 8 + 1, whatever was asked
     outs = greedy_search(model, prompt, 0.0, 100)
     assert max(len(o) for o in outs) <= 9
     assert all(len(h.tokens) <= 9 for hyps in beam_search(model, prompt, DecodeConfig(beam_size=2)) for h in hyps)

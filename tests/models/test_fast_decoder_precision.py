@@ -134,10 +134,16 @@ def test_a_rows_step_does_not_depend_on_how_many_rows_share_it(precision):
     torch.testing.assert_close(together.float(), alone.float(), rtol=0, atol=1e-5)
 
 
-def test_a_copy_attention_model_decodes_in_bf16():
-    """Its copy keys are cached under the encoder's autocast (bf16); its step's queries are fp32."""
+def test_a_copy_attention_model_decodes_in_bf16_as_in_fp32():
+    """Its copy keys are cached under the encoder's autocast (bf16); its step's queries are fp32. The
+    step's log-probabilities are fp32's to bf16's rounding, and beam search runs through."""
     model = tiny(copy_attention=True)
     src = sources(3)
+    bos = torch.ones(3, dtype=torch.long)
+    with torch.inference_mode():
+        steps = [fast.step(bos, fast.start(src)).float() for fast in (model.fast_decoder("fp32"),
+                                                                      model.fast_decoder("bf16"))]
+    torch.testing.assert_close(steps[1], steps[0], atol=0.05, rtol=0)
     outs = beam_search(for_inference(model, "bf16"), src, DecodeConfig(beam_size=2, max_len_a=0.0, max_len_b=6))
     assert len(outs) == 3 and all(len(h.tokens) <= 6 for hyps in outs for h in hyps)
 

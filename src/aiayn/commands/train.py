@@ -61,11 +61,10 @@ def run(args) -> int:
     if args.resume:
         if args.config:
             raise ValueError("give either CONFIG or --resume RUN_DIR, not both")
-        elsewhere = [o for o in overrides if o.strip().startswith("train.run_dir")
-                     and Path(o.partition("=")[2].strip().strip("'\"")).resolve() != Path(args.resume).resolve()]
-        if elsewhere:
-            raise ValueError(f"--resume {args.resume} names the run; {elsewhere[0]} points elsewhere")
         cfg = resume_config(args.resume, overrides)
+        if Path(cfg.train.run_dir).resolve() != Path(args.resume).resolve():
+            raise ValueError(f"--resume {args.resume} names the run; --run-dir (or --set train.run_dir) "
+                             f"{cfg.train.run_dir} points elsewhere")
     elif args.config:
         cfg = load_config(args.config, overrides)
     else:

@@ -42,7 +42,8 @@ def sampling_probs(scores: Tensor, config: SamplingConfig) -> Tensor:
     """softmax(scores / temperature) over the tokens `filter_logits` keeps: (N, V) -> (N, V) float32.
     The best score is moved to 0 first and stays there, so a temperature near 0 (1e-300, below float32's
     range) gives greedy search's one-hot, the limit, rather than 0/0."""
-    shifted = scores.float() - scores.float().amax(-1, keepdim=True)  # (N, V), the best at 0
+    scores = scores.float()
+    shifted = scores - scores.amax(-1, keepdim=True)  # (N, V), the best at 0
     scaled = torch.where(shifted < 0, shifted / config.temperature, 0.0)
     return filter_logits(scaled, config.top_k, config.top_p).softmax(-1)
 

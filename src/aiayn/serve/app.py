@@ -234,7 +234,8 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
     if not dirs:
         raise ValueError("no model directory to serve")
-    twice = sorted({str(d) for d in dirs if [Path(e).resolve() for e in dirs].count(Path(d).resolve()) > 1})
+    seen = Counter(Path(d).resolve() for d in dirs)
+    twice = sorted({str(d) for d in dirs if seen[Path(d).resolve()] > 1})
     if twice:
         raise ValueError(f"{', '.join(twice)}: one model directory given twice")
     services = [ModelService(d, device, batching, limits, backend, options) for d in dirs]

@@ -53,8 +53,7 @@ def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
 
 def _once_each(pairs: list[tuple[str, Any]]) -> dict:
     """A JSON object whose names are all different (json.loads keeps a repeated key's last value, silently)."""
-    names = [name for name, _ in pairs]
-    repeated = sorted({name for name in names if names.count(name) > 1})
+    repeated = sorted(name for name, n in collections.Counter(name for name, _ in pairs).items() if n > 1)
     if repeated:
         raise ValueError(f"{', '.join(map(repr, repeated))} named more than once")
     return dict(pairs)

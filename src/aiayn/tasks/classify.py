@@ -147,6 +147,8 @@ class Classifier(Pipeline):
     load_options = ("max_input_tokens",)
 
     def __init__(self, model, tokenizer, labels: list[str], max_length: int):
+        if type(max_length) is not int or max_length < 1:
+            raise ValueError(f"max_input_tokens must be a whole number of at least 1, got {max_length!r}")
         self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length
 
     @classmethod
@@ -155,10 +157,9 @@ class Classifier(Pipeline):
         """`max_input_tokens`, when not None, wins over task.json's."""
         from aiayn.models import load_model
 
-        if max_input_tokens is not None and (type(max_input_tokens) is not int or max_input_tokens < 1):
-            raise ValueError(f"max_input_tokens must be a whole number of at least 1, got {max_input_tokens!r}")
         info = read_task_info(model_dir, expect=cls.task)
-        limit = max_input_tokens or info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens))
+        limit = info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens)) \
+            if max_input_tokens is None else max_input_tokens
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, labels_of(info, model_dir), limit)
 
     def run(self, texts: list[str], progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:

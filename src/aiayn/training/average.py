@@ -71,7 +71,7 @@ def _check_same_model(first: tuple[str, Any], other: tuple[str, Any], first_file
     a, b = _fields(*first), _fields(*other)
     differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     shown = ", ".join(f"{k} {b.get(k)!r} (first: {a.get(k)!r})" for k in differ)
-    if any(k not in training_only_names(first[1]) for k in differ):
+    if set(differ) - training_only_names(first[1]):
         raise DifferentModels(f"{other_file}: cannot average checkpoints of different model configs: "
                               f"{shown}; the first is {first_file}")
     if differ:
