@@ -30,6 +30,7 @@ ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 # paper's); "halves" puts every sine first, then every cosine (Marian, CTranslate2, tensor2tensor).
 SINUSOID_LAYOUTS = ("interleaved", "halves")
 SOURCE_UNITS = ("tokens", "sentences")
+ATTENTION_SCORES = ("scaled_dot", "dot", "additive")  # §3.2.1: the paper's, and the two it compares with
 
 
 # The Universal Transformer (Dehghani et al., 2019): "universal" applies one layer per stack again and
@@ -146,11 +147,7 @@ class TransformerConfig(RecurrenceOptions):
             self.d_model % self.n_heads == 0,
             f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
         )
-        for name in ("dropout", "attention_dropout", "activation_dropout"):
-            p = getattr(self, name)
-            _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
-        _check(self.attention_score in ("scaled_dot", "dot", "additive"),
-               f"attention_score must be 'scaled_dot', 'dot' or 'additive', got {self.attention_score!r}")
+        check_layer_options(self)
         _check(self.positional in ("sinusoidal", "learned"),
                f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
         _check(self.source_positions in ("start", "end"),
@@ -163,8 +160,6 @@ class TransformerConfig(RecurrenceOptions):
         check_choice("source_units", self.source_units, SOURCE_UNITS)
         _check(self.source_units == "tokens" or not self.copy_attention,
                "copy_attention copies source tokens; with source_units = 'sentences' the encoder's units are sentences")
-        _check(self.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
-        check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
         _check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
                f"both vocabularies must hold the {UNK_ID + 1} special ids")
@@ -294,6 +289,17 @@ class SamplingConfig:
                f"top_p must be a finite number in (0, 1], got {self.top_p}")
         _check(self.seed is None or -2**63 <= self.seed < 2**64,  # what torch.Generator.manual_seed takes
                f"seed must be from -2**63 to 2**64 - 1, got {self.seed}")
+
+
+def check_layer_options(cfg: Any) -> None:
+    """What every model config built of `aiayn.modules.layers` must hold: dropout rates in [0, 1),
+    a known attention score and activation, a positive layer-norm ε."""
+    for name in ("dropout", "attention_dropout", "activation_dropout"):
+        p = getattr(cfg, name)
+        _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+    check_choice("attention_score", cfg.attention_score, ATTENTION_SCORES)
+    check_choice("activation", cfg.activation, ACTIVATIONS)
+    _check(cfg.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {cfg.layer_norm_eps}")
 
 
 def check_sampling_use(method: str, given: Iterable[str]) -> None:

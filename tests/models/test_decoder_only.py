@@ -144,3 +144,16 @@ def test_the_shared_searches_stop_at_the_block_a_prompt_fills():
     outs = greedy_search(model, prompt, 0.0, 100)
     assert max(len(o) for o in outs) <= 9
     assert all(len(h.tokens) <= 9 for hyps in beam_search(model, prompt, DecodeConfig(beam_size=2)) for h in hyps)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"attention_score": "dott"}, "attention_score must be one of"),
+    ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+    ({"activation_dropout": -0.5}, r"activation_dropout must be in \[0, 1\)"),
+])
+def test_config_refuses_what_the_layers_cannot_use(bad, message):
+    from aiayn.config import ConfigError
+    from aiayn.models import DecoderOnlyConfig
+
+    with pytest.raises(ConfigError, match=message):
+        DecoderOnlyConfig(**bad)

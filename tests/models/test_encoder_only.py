@@ -119,3 +119,18 @@ def test_mean_pooling_reads_cls_and_the_real_tokens_only():
     assert not torch.allclose(cls.classify(x), batched)  # the same weights (seed 0), another head input
     with pytest.raises(Exception, match="pooling must be"):
         model(pooling="max")
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"attention_score": "dott"}, "attention_score must be one of"),
+    ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+    ({"attention_dropout": -0.1}, r"attention_dropout must be in \[0, 1\)"),
+    ({"layer_norm_eps": 0.0}, "layer_norm_eps must be positive"),
+    ({"pooler": True}, "needs n_classes > 0"),
+    ({"input": "patches", "patch_dim": 12, "positional": "learned", "logits_bias": True}, "MLM head"),
+])
+def test_config_refuses_what_the_layers_or_heads_cannot_use(bad, message):
+    from aiayn.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        EncoderOnlyConfig(**bad)

@@ -32,6 +32,21 @@ def test_cached_decoding_equals_recomputation_at_every_step(overrides, device):
         torch.testing.assert_close(step, full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("overrides", [{}, {"recurrence": "universal"}])
+@torch.no_grad()
+def test_decoding_a_chunk_after_a_past_equals_recomputation(need_weights, overrides):
+    """Several new positions at once on a cache that already holds some (the causal mask offset by
+    the past, on the fused and the explicit path): the logits the whole prefix gives there."""
+    model = tiny(**overrides)
+    src, tgt = batch()
+    cache = model.init_cache(model.encode(src), capacity=2)
+    model.decode(tgt[:, :3], cache, need_weights=need_weights)
+    chunk = model.decode(tgt[:, 3:6], cache, need_weights=need_weights).logits  # (B, 3, V)
+    torch.testing.assert_close(chunk, model(src, tgt[:, :6])[:, 3:], atol=1e-5, rtol=1e-5)
+    assert cache.length == 6
+
+
 @pytest.mark.parametrize("overrides", [{}, {"source_positions": "end"}, {"copy_attention": True}])
 @torch.no_grad()
 def test_padding_invariance(device, overrides):
@@ -107,7 +122,8 @@ def test_base_count_with_shared_37k_vocabulary():
 
 
 @pytest.mark.parametrize("overrides", [{}, {"tie_output": False}, {"tgt_vocab_size": 30}, {"norm_first": True},
-                                       {"copy_attention": True}])
+                                       {"copy_attention": True}, {"recurrence": "universal"},
+                                       {"recurrence": "universal", "halting": "act", "depth_steps": 5}])
 def test_counts_for_variants(overrides):
     cfg = TransformerConfig.preset("tiny", src_vocab_size=V, **overrides)
     assert Transformer(cfg).num_parameters() == count_parameters(cfg)

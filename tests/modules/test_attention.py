@@ -133,3 +133,13 @@ def test_bf16_training_on_cpu_takes_the_explicit_path_with_the_fused_result(is_c
 
 def _refuse(*args, **kwargs):
     raise AssertionError("the fused kernel was called")
+
+
+def test_explicit_scores_are_scaled_before_the_product_so_fp16_does_not_overflow():
+    """q·k = 64 · 40² = 102,400 overflows fp16 (max 65,504); q·k/√64 = 12,800 does not. The explicit
+    path (need_weights; fp16 training on CUDA) scales q first, so its weights stay finite."""
+    q = torch.full((1, 1, 2, 64), 40.0, dtype=torch.float16)
+    k = torch.cat([q[:, :, :1], -q[:, :, :1]], dim=2)  # (1, 1, 2, 64): a key the queries agree with, one they oppose
+    out, weights = scaled_dot_product_attention(q, k, k, need_weights=True)
+    assert torch.isfinite(weights).all() and torch.isfinite(out).all()
+    torch.testing.assert_close(weights[0, 0].float(), torch.tensor([[1.0, 0.0], [1.0, 0.0]]))

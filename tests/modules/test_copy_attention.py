@@ -124,3 +124,21 @@ def test_learns_to_copy():
                                                  d_model=64, n_heads=4, d_ff=128))
     expected, got = train_and_copy(model, V, steps=300)
     assert got == expected
+
+
+@torch.no_grad()
+def test_copy_scores_are_scaled_before_the_product_so_fp16_does_not_overflow():
+    """Queries and keys whose dot product passes fp16's 65,504 (its scaled value does not): the copy
+    attention scales the queries first, so its weights stay finite and still sum to 1."""
+    model = tiny()
+    src, tgt = torch.tensor([[5, 6, 7]]), torch.tensor([[1, 5]])
+    cache = model.init_cache(model.encode(src), capacity=2)
+    D = model.config.d_model
+    cache.copy_k = torch.full_like(cache.copy_k, 50.0).half()
+    copy = model.copy.half()
+    copy.query.weight.zero_()
+    copy.query.bias.fill_(50.0)  # q = 50 everywhere: q·k = D · 2500 > 65,504 (D = 32)
+    assert D * 2500 > 65504
+    a = copy.weights(torch.zeros(1, 2, D, dtype=torch.float16), cache)
+    assert torch.isfinite(a).all()
+    torch.testing.assert_close(a.sum(-1), torch.ones_like(a.sum(-1)))

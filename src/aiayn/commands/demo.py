@@ -39,7 +39,7 @@ def run_demo(out_dir: str | Path, overrides: Sequence[str] = (), n_test: int = N
     """Train into `out_dir` (the model lands in `out_dir/model`), then decode `n_test`
     held-out examples greedily and score exact match."""
     from aiayn.data.synthetic import synthetic_pairs
-    from aiayn.decoding.translator import Translator
+    from aiayn.tasks import load_pipeline
     from aiayn.training.checkpoint import MODEL_DIR
     from aiayn.training.pipeline import train
 
@@ -51,7 +51,7 @@ def run_demo(out_dir: str | Path, overrides: Sequence[str] = (), n_test: int = N
     d = cfg.data
     test = synthetic_pairs(d.task, n_test, seed=cfg.train.seed + TEST_SEED_OFFSET, n_symbols=d.n_symbols,
                            min_len=d.min_len, max_len=d.max_len)
-    hyps = Translator.from_pretrained(model_dir).translate([s for s, _ in test], method="greedy")
+    hyps = load_pipeline(model_dir)([s for s, _ in test], method="greedy")
     accuracy = sum(h == t for h, (_, t) in zip(hyps, test)) / len(test)
     examples = [(s, t, h) for (s, t), h in zip(test, hyps)]
     return DemoResult(accuracy, time.perf_counter() - start, model_dir, examples)

@@ -9,6 +9,8 @@ def _int_list(text: str) -> list[int]:
 
 def add_arguments(p) -> None:
     from aiayn.config import DecodeConfig
+    from aiayn.runtime import DEVICES_HELP
+    from aiayn.training.config import RunConfig
 
     sub = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     kinds = {
@@ -35,7 +37,7 @@ def add_arguments(p) -> None:
                         "decoder-only or encoder-only model its self-attention over the sentence, nothing generated)")
     a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
-    a.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    a.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
     a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default {DecodeConfig().max_len_b}, §6.1)")
     q = parsers["positional"]
     q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")

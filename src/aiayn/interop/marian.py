@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from aiayn.config import BOS_ID, EOS_ID, UNK_ID, TransformerConfig
+from aiayn.config import BOS_ID, EOS_ID, UNK_ID, DecodeConfig, TransformerConfig
 from aiayn.data.tokenizer import SentencePieceTokenizer, TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
                                       activation_in, attention, dump_params, json_file, linear, refuse_options)
@@ -150,7 +150,6 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     source_lang/target_lang, else a name like opus-mt-de-en), the beam and length penalty of
     generation_config.json (Hugging Face's |Y|^α: the "plain" form), aiayn's maximum length
     (|src| + 50); sources cut at the position table's length."""
-    from aiayn.config import DecodeConfig
     import dataclasses
 
     d = ckpt.directory
@@ -203,7 +202,8 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
     decode = info.get("decode", {})
     files["generation_config.json"] = json_file({
         "decoder_start_token_id": pad, "pad_token_id": pad, "eos_token_id": eos, "forced_eos_token_id": eos,
-        "bad_words_ids": [[pad]], "num_beams": decode.get("beam_size", 4), "max_length": cfg.max_positions,
+        "bad_words_ids": [[pad]], "num_beams": decode.get("beam_size", DecodeConfig.beam_size),
+        "max_length": cfg.max_positions,
         **({"length_penalty": decode["length_penalty"]} if decode.get("length_penalty_form") == "plain" else {})})
     return Exported(config, tensors, files)
 

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ACTIVATIONS, PAD_ID, ConfigError, check_choice, training_only
+from aiayn.config import PAD_ID, ConfigError, check_layer_options, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.dropout import Dropout
@@ -60,7 +60,7 @@ class DecoderOnlyConfig(ModelConfig):
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.positional not in ("learned", "sinusoidal"):
             raise ConfigError(f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}")
-        check_choice("activation", self.activation, ACTIVATIONS)
+        check_layer_options(self)
 
 
 @dataclass

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import (ACTIVATIONS, BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_choice,
+from aiayn.config import (BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_layer_options,
                           training_only)
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
@@ -86,11 +86,15 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
             raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
         if self.pooling not in ("cls", "mean"):
             raise ConfigError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
-        check_choice("activation", self.activation, ACTIVATIONS)
+        check_layer_options(self)
         if self.type_vocab_size < 0 or (self.type_vocab_size and self.input != "tokens"):
             raise ConfigError(f"type_vocab_size must be >= 0, and 0 for patches; got {self.type_vocab_size}")
         if self.pooler and self.pooling != "cls":
             raise ConfigError("pooler reads the [CLS] state: it needs pooling = 'cls'")
+        if self.pooler and not self.n_classes:
+            raise ConfigError("pooler feeds the classifier head: it needs n_classes > 0")
+        if self.logits_bias and self.input == "patches":
+            raise ConfigError("logits_bias belongs to the MLM head, which input = 'patches' has not")
         self.check_recurrence()
 
 

@@ -257,8 +257,9 @@ def count_parameters(cfg: TransformerConfig) -> int:
     attention = 4 * (D * D + D) + (D if cfg.attention_score == "additive" else 0)  # W^Q, W^K, W^V, W^O (+ w)
     ffn = D * F_ + F_ + F_ * D + D
     norm = 2 * D
-    encoder = cfg.n_encoder_layers * (attention + ffn + 2 * norm)
-    decoder = cfg.n_decoder_layers * (2 * attention + ffn + 3 * norm)
+    n_enc, n_dec = (1, 1) if cfg.universal else (cfg.n_encoder_layers, cfg.n_decoder_layers)  # universal: one shared layer
+    encoder = n_enc * (attention + ffn + 2 * norm) + (D + 1 if cfg.act else 0)  # (+ ACT's halting unit)
+    decoder = n_dec * (2 * attention + ffn + 3 * norm)
     final_norms = 2 * norm if cfg.norm_first else 0
     embeddings = cfg.src_vocab_size * D + (0 if cfg.share_embeddings else cfg.tgt_vocab_size * D)
     output = 0 if cfg.tie_output else cfg.tgt_vocab_size * D

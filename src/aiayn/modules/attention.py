@@ -12,11 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.config import ATTENTION_SCORES as SCORES
 from aiayn.modules import masks
 from aiayn.modules.dropout import dropout as _dropout
-
-
-SCORES = ("scaled_dot", "dot", "additive")  # §3.2.1: the paper's, and the two it compares with
 
 
 def scaled_dot_product_attention(
@@ -36,7 +34,7 @@ def scaled_dot_product_attention(
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout, scale=scale), None
     if explicit:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        out, weights = _attend(q @ k.transpose(-2, -1) * scale, v, mask, dropout)  # scores (B, H, Tq, Tk)
+        out, weights = _attend((q * scale) @ k.transpose(-2, -1), v, mask, dropout)  # scores (B, H, Tq, Tk); scaled first: no fp16 overflow
         return out, (weights if need_weights else None)
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scale), None

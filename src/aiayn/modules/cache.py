@@ -295,6 +295,6 @@ def _cross_masks(src_mask: Tensor) -> tuple[Tensor | None, Tensor | None]:
     see the module doc."""
     if bool(src_mask.all()):
         return None, None
-    mask = masks.key_mask(src_mask)  # (K, 1, 1, S)
-    has_key = masks.rows_with_keys(mask)  # (K, 1, 1, 1)
+    mask = masks.key_mask(src_mask)  # (n, 1, 1, S)
+    has_key = masks.rows_with_keys(mask)  # (n, 1, 1, 1)
     return mask, (None if bool(has_key.all()) else has_key)

@@ -152,19 +152,22 @@ class Generator(Pipeline):
             return text_events(server.stream(r.prompt, **options))
         return {"text": (await server.decode([r.prompt], **options))[0]}
 
-    def generate(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
+    def generate(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
+                 method: str = GenerateRequest.method, seed: int | None = None,
                  **sampling) -> str:
         """The prompt's continuation (without the prompt). `sampling`: temperature, top_k, top_p."""
         return self.tokenizer.decode(list(self.tokens(prompt, max_new_tokens, method, seed, **sampling)))
 
-    def stream(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
+    def stream(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
+               method: str = GenerateRequest.method, seed: int | None = None,
                **sampling) -> Iterator[str]:
         """`generate`'s text in pieces, as it is generated; joined, they are what `generate` returns."""
         from aiayn.decoding.streaming import text_pieces
 
         return text_pieces(self.tokens(prompt, max_new_tokens, method, seed, **sampling), self.tokenizer.decode)
 
-    def tokens(self, prompt: str, max_new_tokens: int = 200, method: str = "sample", seed: int | None = None,
+    def tokens(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
+               method: str = GenerateRequest.method, seed: int | None = None,
                **sampling) -> Iterator[int]:
         """The ids of the prompt's continuation, one at a time, window after window (see the class)."""
         from aiayn.config import SamplingConfig
