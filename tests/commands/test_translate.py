@@ -11,7 +11,7 @@ from aiayn.cli import main
 from aiayn.decoding.translator import Translator
 
 LINES = ["a b c", "", "d e f g h i j", "zz ☃ a", "k", "   ", "b b b b"]
-FAST = ["--beam-size", "2", "--max-len-b", "4"]
+FAST = ["--beam-size", "2", "--max-len-b", "4", "--min-len", "2"]  # min-len: this untrained model says "" with beams
 
 
 def with_stdin(monkeypatch, text: str):
@@ -19,7 +19,7 @@ def with_stdin(monkeypatch, text: str):
 
 
 def expected(model_dir):
-    return Translator.from_pretrained(model_dir).translate(LINES, beam_size=2, max_len_b=4)
+    return Translator.from_pretrained(model_dir).translate(LINES, beam_size=2, max_len_b=4, min_len=2)
 
 
 def test_stdin_to_stdout_keeps_lines_aligned(model_dir, monkeypatch, capsys):
@@ -28,6 +28,8 @@ def test_stdin_to_stdout_keeps_lines_aligned(model_dir, monkeypatch, capsys):
     out = capsys.readouterr().out.split("\n")
     assert out[:-1] == expected(model_dir) and out[-1] == ""
     assert out[1] == "" and out[5] == ""  # blank in, blank out
+    filled = [o for i, o in enumerate(out[:-1]) if i not in (1, 5)]
+    assert all(filled) and len(set(filled)) > 1  # real outputs, not one string for every line
 
 
 def test_no_repeat_ngram_size_flag(model_dir, monkeypatch, capsys):
@@ -69,6 +71,8 @@ def test_invalid_utf8_and_unknown_characters(model_dir, tmp_path, monkeypatch, c
     assert main(["translate", str(model_dir), "-i", str(src), *FAST]) == 0
     from_file = capsys.readouterr().out
     assert len(from_file.split("\n")) == 3
+    assert from_file == "\n".join(Translator.from_pretrained(model_dir).translate(
+        ["a \ufffd b", "\u2603"], beam_size=2, max_len_b=4, min_len=2)) + "\n"  # replaced, not dropped
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes()), encoding="utf-8"))
     assert main(["translate", str(model_dir), *FAST]) == 0
     assert capsys.readouterr().out == from_file
@@ -132,7 +136,7 @@ def test_a_bare_cr_does_not_split_stdin_lines(model_dir, monkeypatch, capsys):
     with_stdin(monkeypatch, CR_TEXT)
     assert main(["translate", str(model_dir), *FAST]) == 0
     out = capsys.readouterr().out
-    want = Translator.from_pretrained(model_dir).translate(CR_LINES, beam_size=2, max_len_b=4)
+    want = Translator.from_pretrained(model_dir).translate(CR_LINES, beam_size=2, max_len_b=4, min_len=2)
     assert out.split("\n") == [*want, ""] and "\r" not in out
 
 
@@ -274,12 +278,15 @@ def test_evaluate_a_hypothesis_file_refuses_decoding_flags(tmp_path, capsys):
 @pytest.mark.parametrize("flags, options", [(["--quantize", "int8"], {"quantize": "int8"}),
                                             (["--precision", "bf16"], {"precision": "bf16"})])
 def test_quantize_and_precision_flags_reach_the_translator(model_dir, monkeypatch, capsys, flags, options):
+    built = []  # the translators the command builds
+    load = Translator.from_pretrained.__func__
+    monkeypatch.setattr(Translator, "from_pretrained", classmethod(lambda cls, *a, **k: built.append(load(cls, *a, **k))
+                                                                   or built[-1]))
     with_stdin(monkeypatch, "\n".join(LINES) + "\n")
     assert main(["translate", str(model_dir), *FAST, *flags]) == 0
     out = capsys.readouterr().out.split("\n")[:-1]
-    translator = Translator.from_pretrained(model_dir, **options)
-    assert translator.decoder.precision == (options.get("quantize") or options["precision"])
-    assert out == translator.translate(LINES, beam_size=2, max_len_b=4)
+    assert [t.decoder.precision for t in built] == [options.get("quantize") or options["precision"]]
+    assert out == load(Translator, model_dir, **options).translate(LINES, beam_size=2, max_len_b=4, min_len=2)
 
 
 def test_evaluate_a_hypothesis_file_refuses_precision_flags(tmp_path, capsys):

@@ -39,15 +39,16 @@ def test_matches_the_search_functions_and_keeps_order(model_dir):
     tr = Translator.from_pretrained(model_dir, decode=DecodeConfig(max_len_b=8), batch_tokens=8)
     tok, model = tr.tokenizers.src, tr.model
     out = tr.translate(SENTENCES, beam_size=1)
-    beam = tr.translate(SENTENCES, beam_size=3)
+    beam = tr.translate(SENTENCES, beam_size=3, min_len=2)  # min_len: this untrained model ends at once with beams
     for s, o, bo in zip(SENTENCES, out, beam):
         if not s.strip():
             assert o == "" and bo == ""  # blank lines stay blank, output stays aligned
             continue
         src = pad_sources([encode_source(tok, s)], 0)
         assert o == tok.decode(greedy_search(model, src, 1.0, 8)[0])
-        cfg = DecodeConfig(beam_size=3, max_len_b=8)
-        assert bo == tok.decode(beam_search(model, src, cfg)[0][0].tokens)
+        cfg = DecodeConfig(beam_size=3, max_len_b=8, min_len=2)
+        assert bo != "" and bo == tok.decode(beam_search(model, src, cfg)[0][0].tokens)
+    assert len({bo for bo in beam if bo}) > 1  # each line its own output: order is checked
 
 
 def test_nbest_with_scores(model_dir):
@@ -268,8 +269,9 @@ def test_continuous_session_answers_what_translate_answers(model_dir, nbest, opt
             continue
         for g, w in zip(got[name], want, strict=True):  # the same texts; scores up to float rounding
             assert [t for t, _ in g] == [t for t, _ in w], name
-            # bf16 matmuls round differently as the batch's rows change: scores agree to 1e-3 there
-            assert [s for _, s in g] == pytest.approx([s for _, s in w], abs=1e-3 if options.get("precision") else 1e-5)
+            # bf16 matmuls round differently as the batch's rows change (by how much depends on the CPU's
+            # kernels: 2e-3 on an AVX2-only EPYC, where bf16 is emulated): bf16 keeps 8 bits, about 0.4%
+            assert [s for _, s in g] == pytest.approx([s for _, s in w], abs=1e-2 if options.get("precision") else 1e-5)
     assert tr.continuous(beam_size=1) is None and tr.continuous(method="sample") is None  # whole calls do those
     if min_len:  # not vacuous: this model, free to end, ends every sentence at once
         texts = [t for ts in requests.values() for t in ts if t.strip()]

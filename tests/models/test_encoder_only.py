@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.config import PAD_ID
+from aiayn.config import PAD_ID, ConfigError
 from aiayn.models import EncoderOnly, EncoderOnlyConfig, load_model
 from aiayn.models.encoder_only import CLS_ID
 
@@ -87,9 +87,14 @@ def test_heads_shapes_and_tied_mlm_projection(tmp_path):
 
 @torch.no_grad()
 def test_patches_as_tokens():
+    """ViT §3.1: [CLS], then the projected patches, plus learned positions, through the encoder: against
+    torch's encoder with the same weights; the classifier reads [CLS]'s final state."""
     vit = model(input="patches", patch_dim=12, norm_first=True, vocab_size=1)
     patches = torch.randn(2, 4, 12)
-    assert vit.classify(patches).shape == (2, 3)
+    inputs = torch.cat([vit.cls.expand(2, -1, -1), vit.patch_proj(patches)], dim=1) + vit.positions(5)  # (2, 5, D)
+    states = reference(vit)(inputs)
+    torch.testing.assert_close(vit(patches), states, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(vit.classify(patches), vit.classifier(states[:, 0]), atol=1e-5, rtol=1e-5)
     weights = vit.attention(patches)
     assert weights[0].shape == (2, 4, 5, 5)  # [CLS] + 4 patches
     with pytest.raises(ValueError, match="exceed max_positions"):
@@ -117,7 +122,7 @@ def test_mean_pooling_reads_cls_and_the_real_tokens_only():
         torch.testing.assert_close(batched[i], m.classifier(alone.mean(1))[0], atol=1e-5, rtol=1e-5)
     cls = model(pooling="cls")
     assert not torch.allclose(cls.classify(x), batched)  # the same weights (seed 0), another head input
-    with pytest.raises(Exception, match="pooling must be"):
+    with pytest.raises(ConfigError, match="pooling must be 'cls' or 'mean', got 'max'"):
         model(pooling="max")
 
 
@@ -130,7 +135,5 @@ def test_mean_pooling_reads_cls_and_the_real_tokens_only():
     ({"input": "patches", "patch_dim": 12, "positional": "learned", "logits_bias": True}, "MLM head"),
 ])
 def test_config_refuses_what_the_layers_or_heads_cannot_use(bad, message):
-    from aiayn.config import ConfigError
-
     with pytest.raises(ConfigError, match=message):
         EncoderOnlyConfig(**bad)

@@ -109,16 +109,17 @@ def test_bad_libretranslate_requests(client, request_kwargs, status, message):
     assert response.status_code == status and message in response.json()["error"]
 
 
-@pytest.mark.parametrize("body,status", [
-    ({"text": [SENTENCE], "beam_size": 10_000}, 422),
-    ({"text": [SENTENCE], "temperature": 0.5}, 422),  # not a whitelisted field
-    ({"text": [SENTENCE], "no_repeat_ngram_size": -1}, 422),
-    ({"text": []}, 422),
-    ({"text": ["x" * 41]}, 413),
-    ({"text": "not a list"}, 422),
+@pytest.mark.parametrize("body,status,message", [
+    ({"text": [SENTENCE], "beam_size": 10_000}, 422, "beam_size"),
+    ({"text": [SENTENCE], "temperature": 0.5}, 422, "temperature"),  # not a whitelisted field
+    ({"text": [SENTENCE], "no_repeat_ngram_size": -1}, 422, "no_repeat_ngram_size"),
+    ({"text": []}, 422, "text"),
+    ({"text": ["x" * 41]}, 413, "40"),
+    ({"text": "not a list"}, 422, "text"),
 ])
-def test_bad_native_requests(client, body, status):
-    assert client.post("/v1/translate", json=body).status_code == status
+def test_bad_native_requests(client, body, status, message):
+    response = client.post("/v1/translate", json=body)
+    assert response.status_code == status and message in response.json()["error"]
 
 
 def test_api_key_and_operations(model_dir):

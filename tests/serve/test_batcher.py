@@ -54,7 +54,7 @@ def test_a_failing_request_fails_alone():
                                     return_exceptions=True)
 
     good, bad, fine = run(main())
-    assert good == ["OK"] and fine == ["FINE"] and isinstance(bad, RuntimeError)
+    assert good == ["OK"] and fine == ["FINE"] and isinstance(bad, RuntimeError) and str(bad) == "decoding failed"  # no internals leak
     assert batcher.stats.snapshot(0)["errors"] == 1
     batcher.close()
 

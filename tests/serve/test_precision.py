@@ -18,14 +18,21 @@ TEXTS = ["a b c d", "d c b a a", "b"]
 
 @pytest.mark.parametrize("worker", ["thread", "process"])
 def test_int8_server_answers_what_an_int8_translator_answers(model_dir, worker):
-    want = load_pipeline(model_dir, quantize="int8").translator.translate(TEXTS, method="beam", beam_size=2, max_len_a=0.0, max_len_b=6)
+    settings = {"method": "beam", "beam_size": 2, "max_len_b": 6}
+
+    def scored(pipeline):  # [(text, score)] per text: int8 moves the scores where the texts may agree
+        return [hyps[0] for hyps in pipeline.translator.translate(TEXTS, max_len_a=0.0, nbest=1, **settings)]
+
+    want, fp32 = scored(load_pipeline(model_dir, quantize="int8")), scored(load_pipeline(model_dir))
     app = create_app(model_dir, batching=BatchConfig(max_wait_ms=5, worker=worker), options={"quantize": "int8"})
     with TestClient(app) as client:
-        body = client.post("/v1/translate", json={"text": TEXTS, "method": "beam", "beam_size": 2, "max_len_b": 6})
+        body = client.post("/v1/translate", json={"text": TEXTS, "nbest": 1, **settings})
         assert body.status_code == 200, body.text
         body = body.json()
-    got = [t["text"] for t in body["translations"]]
-    assert got == want
+    got = [(t["hypotheses"][0]["text"], t["hypotheses"][0]["score"]) for t in body["translations"]]
+    assert [t for t, _ in got] == [t for t, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-5)  # int8's scores,
+    assert [s for _, s in got] != pytest.approx([s for _, s in fp32], abs=1e-5)  # not fp32's
     if worker == "thread":
         assert app.state.services[0].pipeline.translator.decoder.precision == "int8"
 

@@ -42,6 +42,9 @@ def test_average_of_one_is_identity(tmp_path):
     (path,) = _saved(tmp_path, [4])
     state = average_state([path])
     ref = Transformer.from_pretrained(path).state_dict()
+    from safetensors.torch import load_file
+
+    assert state.keys() == load_file(f"{path}/model.safetensors").keys()  # every stored tensor (tied ones once)
     assert all(torch.equal(v, ref[k]) for k, v in state.items())
 
 

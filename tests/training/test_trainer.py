@@ -137,7 +137,10 @@ def test_validation_saves_best(tmp_path):
                       valid_data=batches(1, 4, seed=9))
     trainer.fit()
     assert (tmp_path / "checkpoints" / "best" / ckpt.STATE_FILE).is_file()
-    assert trainer.state.best_step in (1, 2)
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "valid"]
+    lowest = min(rows, key=lambda r: r["nll"])  # the default: the lowest validation NLL wins
+    assert len(rows) == 2 and trainer.state.best_step == lowest["step"]
+    assert trainer.state.best_score == pytest.approx(-lowest["nll"])
 
 
 def test_best_by_a_task_metric_becomes_the_final_model(tmp_path):
@@ -247,9 +250,11 @@ def test_fp16_on_cpu_is_a_clear_error(tmp_path):
 def test_bf16_autocast_trains(tmp_path):
     model = Transformer(tiny_config())
     trainer = make_trainer(model, OPTIM, run_config(max_updates=3, precision="bf16"), tmp_path, epoch_data())
+    seen = []  # the dtype of the first layer's feed-forward output at each forward
+    model.encoder.layers[0].ff.register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     trainer.fit()
-    assert trainer.state.step == 3
-    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert trainer.state.step == 3 and seen and set(seen) == {torch.bfloat16}  # autocast ran
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
 
 
 def test_progress_goes_to_the_callback_and_the_library_draws_no_bars(tmp_path):
