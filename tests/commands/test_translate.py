@@ -280,8 +280,12 @@ def test_evaluate_a_hypothesis_file_refuses_decoding_flags(tmp_path, capsys):
 def test_quantize_and_precision_flags_reach_the_translator(model_dir, monkeypatch, capsys, flags, options):
     built = []  # the translators the command builds
     load = Translator.from_pretrained.__func__
-    monkeypatch.setattr(Translator, "from_pretrained", classmethod(lambda cls, *a, **k: built.append(load(cls, *a, **k))
-                                                                   or built[-1]))
+
+    def recorded(cls, *args, **kwargs):
+        built.append(load(cls, *args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(Translator, "from_pretrained", classmethod(recorded))
     with_stdin(monkeypatch, "\n".join(LINES) + "\n")
     assert main(["translate", str(model_dir), *FAST, *flags]) == 0
     out = capsys.readouterr().out.split("\n")[:-1]

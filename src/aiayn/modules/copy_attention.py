@@ -54,8 +54,8 @@ class CopyAttention(nn.Module):
         weights sum to 1 over its source's real tokens (0 for a source with none)."""
         q = cache.grouped(self.query(hidden)[:, None])  # (n, 1, group·T, D)
         keys = cache.copy_k.to(q.dtype)  # bf16 where the encoder ran under autocast (`FastDecoder.start`)
-        scores = ((q / math.sqrt(hidden.shape[-1])) @ keys.transpose(-1, -2)).to(_at_least_float32(q.dtype))  # scaled
-        # before the product: an fp16 product of unscaled d_model-wide vectors can overflow
+        q = q / math.sqrt(hidden.shape[-1])  # scaled before the product: unscaled, an fp16 product can overflow
+        scores = (q @ keys.transpose(-1, -2)).to(_at_least_float32(q.dtype))  # (n, 1, group·T, S)
         if cache.cross_mask is not None:
             mask = cache.cross_mask if cache.has_source is None else cache.cross_mask | ~cache.has_source
             scores = scores.masked_fill(~mask, float("-inf"))
