@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+    logging.basicConfig(level=log_level(args.verbose, os.environ.get("RANK", "0")),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         return int(args._run(args) or 0)
@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"aiayn {args.command}: error: {error_message(e)}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def log_level(verbose: bool, rank: str) -> int:
+    """DEBUG with -v; else INFO on torchrun's rank 0 (or without torchrun) and WARNING on the other
+    ranks, whose INFO lines would repeat rank 0's (fairseq logs the same way)."""
+    if verbose:
+        return logging.DEBUG
+    return logging.INFO if rank == "0" else logging.WARNING
 
 
 def error_message(e: BaseException) -> str:

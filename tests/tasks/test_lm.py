@@ -100,3 +100,8 @@ def test_generate_refuses_sampling_settings_under_greedy_and_an_unknown_method()
     with pytest.raises(ValueError, match="method must be one of 'sample', 'greedy', got 'greedyy'"):
         generator.generate("abc", 3, method="greedyy", seed=1)
     assert generator.generate("abc", 3, method="greedy", seed=7) == generator.generate("abc", 3, method="greedy")
+    for bad in ({"top_p": 1.5}, {"temperature": 0.0}, {"max_new_tokens": 0}):  # refused before the first token is asked for
+        with pytest.raises(ValueError):
+            generator.stream("abc", **{"max_new_tokens": 3, **bad})
+        with pytest.raises(ValueError):
+            generator.tokens("abc", **{"max_new_tokens": 3, **bad})

@@ -113,9 +113,12 @@ def test_found_beside_looks_in_the_checkpoint_then_its_run_in_order(tmp_path):
 
 def test_load_errors_name_the_file(tmp_path):
     model, opt = _setup()
-    with pytest.raises(FileNotFoundError, match="trainer_state.pt"):
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):  # named before the large state is read
         ckpt.load_checkpoint(tmp_path, model, opt)
     path = ckpt.save_checkpoint(tmp_path, "ckpt_00000001", model, opt, ckpt.TrainState(), [ckpt.capture_rng()])
+    (path / ckpt.STATE_FILE).rename(tmp_path / "moved")
+    with pytest.raises(FileNotFoundError, match="trainer_state.pt"):
+        ckpt.load_checkpoint(path, model, opt)
     (path / ckpt.STATE_FILE).write_bytes(b"garbage")
     with pytest.raises(ValueError, match="trainer_state.pt: cannot read"):
         ckpt.load_checkpoint(path, model, opt)

@@ -138,14 +138,9 @@ class Generator(Pipeline):
         check_texts(r.prompt, server.limits, "prompt")
         if type(r.max_new_tokens) is not int or not 1 <= r.max_new_tokens <= self.max_new_tokens_limit:
             raise RequestError(f"max_new_tokens must be a whole number from 1 to {self.max_new_tokens_limit}")
-        if r.method not in ("sample", "greedy"):
-            raise RequestError(f"method must be 'sample' or 'greedy', got {r.method!r}")
         options = {k: v for k, v in dataclasses.asdict(r).items() if k not in ("prompt", "stream")}
         try:
-            from aiayn.config import SamplingConfig
-
-            SamplingConfig(**{k: options[k] for k in ("temperature", "top_k", "top_p", "seed") if options[k] is not None})
-            check_sampling_use(r.method, [k for k in ("temperature", "top_k", "top_p") if options[k] is not None])
+            self.sampler(**options)  # before a stream starts: a bad setting is a 422, not a broken stream
         except (TypeError, ValueError) as e:
             raise RequestError(str(e)) from None
         if r.stream:
@@ -166,24 +161,37 @@ class Generator(Pipeline):
 
         return text_pieces(self.tokens(prompt, max_new_tokens, method, seed, **sampling), self.tokenizer.decode)
 
-    def tokens(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
-               method: str = GenerateRequest.method, seed: int | None = None,
-               **sampling) -> Iterator[int]:
-        """The ids of the prompt's continuation, one at a time, window after window (see the class)."""
+    def sampler(self, max_new_tokens: int = GenerateRequest.max_new_tokens,
+                method: str = GenerateRequest.method, seed: int | None = None, **sampling):
+        """The next-token picker for these settings; a ValueError names a bad one. `tokens` calls it before
+        its first token, and the HTTP route before a stream starts."""
         from aiayn.config import SamplingConfig
-        from aiayn.decoding.streaming import pick_greedy, pick_sample, stream_tokens
+        from aiayn.decoding.streaming import pick_greedy, pick_sample
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         check_choice("method", method, ("sample", "greedy"))
         check_sampling_use(method, [k for k, v in sampling.items() if v is not None])  # as Translator.settings
+        config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
+        if method == "greedy":
+            return pick_greedy
+        device = next(self.model.parameters()).device
+        return pick_sample(config, torch.Generator(device=device).manual_seed(seed) if seed is not None else None)
+
+    def tokens(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
+               method: str = GenerateRequest.method, seed: int | None = None,
+               **sampling) -> Iterator[int]:
+        """The ids of the prompt's continuation, one at a time, window after window (see the class).
+        The settings are checked here, before the first id is asked for."""
+        return self._tokens(prompt, max_new_tokens, self.sampler(max_new_tokens, method, seed, **sampling))
+
+    def _tokens(self, prompt: str, max_new_tokens: int, pick) -> Iterator[int]:
+        from aiayn.decoding.streaming import stream_tokens
+
         # verbatim, white space included: a language model trained on running text continues a prompt's
         # trailing space (the other tasks' inputs are stripped, as their training lines were: input_tokens)
         ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
         device = next(self.model.parameters()).device
-        config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
-        generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
-        pick = pick_greedy if method == "greedy" else pick_sample(config, generator)
         block = self.model.config.max_positions if self.model.max_output_length is not None else None
         if block is not None and len(ids) >= block:
             log.warning("a prompt of %d tokens: the first %d dropped (the model's block is %d tokens; the last "

@@ -158,9 +158,9 @@ def load_checkpoint(
 
     path = Path(path)
     weights = path / "model.safetensors"
-    payload = _read_payload(path)
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: not found; is {path} a checkpoint directory?")
+    payload = _read_payload(path)
     device = next(model.parameters()).device
     model.load_weights(weights, device)
     if optimizer is not None:
