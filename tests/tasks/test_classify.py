@@ -61,6 +61,16 @@ def test_a_carved_validation_split_comes_from_the_training_file_and_the_test_spl
     assert dev == ["a b", "c d"]
 
 
+def test_the_training_files_empty_texts_are_counted_once_under_a_carve(tmp_path):
+    rows = [f"{t}\t{i % 2}" for i, t in enumerate(phrase_file(100))] + ["\t1", " \t0"]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    cfg = load_config(None, ['task="classify"', 'model.type="encoder-only"', f'data.corpus="{tmp_path}"',
+                             'data.valid_split="tune"', "data.carve_fraction=0.2", "train.max_updates=1"])
+    task = ClassifyTask(cfg)
+    task.read("train"), task.read("tune")
+    assert task.drops.of("train") == {"empty": 2} and task.drops.of("tune") == {}
+
+
 def write_data(directory, n=200):
     """A separable task: label 1 iff the text holds the word 'good'."""
     lines = {"train": [], "dev": []}
@@ -97,3 +107,22 @@ def test_a_classifier_learns_a_separable_task_from_an_mlm_start(tmp_path, capsys
     assert main(["classify", "--model", model, "-i", str(tmp_path / "in.txt")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split("\t")[0] for line in out] == ["1", "0", "1", "0"] and all(float(l.split("\t")[1]) > 0.5 for l in out)
+
+
+def test_inputs_longer_than_the_models_positions_are_refused_before_training_and_loading(tmp_path):
+    """Texts cut to data.max_input_tokens, plus [CLS], must fit model.max_positions: refused when the task
+    is built (not at the first long text, updates in) and when a classifier is loaded with a longer cut."""
+    from aiayn.config import ConfigError
+    from aiayn.models.encoder_only import EncoderOnly
+
+    base = ['task="classify"', 'model.type="encoder-only"', f'data.corpus="{tmp_path}"', "train.max_updates=1"]
+    defaults = load_config(None, base)
+    assert defaults.data.max_input_tokens == defaults.model.build(64, 64).max_positions - 1  # the defaults fit
+    ClassifyTask(defaults)
+    with pytest.raises(ConfigError, match="max_input_tokens 128 does not fit the model: its max_positions 128"):
+        ClassifyTask(load_config(None, [*base, "data.max_input_tokens=128"]))
+    ClassifyTask(load_config(None, [*base, "data.max_input_tokens=128", "model.max_positions=129"]))
+    model = EncoderOnly(load_config(None, [*base, "model.max_positions=16"]).model.build(20, 20))
+    Classifier(model, None, ["a", "b"], 15)
+    with pytest.raises(ConfigError, match="max_input_tokens 16 does not fit"):
+        Classifier(model, None, ["a", "b"], 16)

@@ -80,6 +80,36 @@ def test_a_carved_summarization_split_is_whole_bodies_disjoint_and_stable(tmp_pa
     assert len(summarization_task(tmp_path).examples("train").src) == 301  # no carve: all of it
 
 
+def test_a_carved_qa_jsonl_split_is_whole_records_by_their_source(tmp_path):
+    rows = [{"context": f"fact {i} holds", "question": f"which {i} ?", "answer": str(i)} for i in range(200)]
+    write_jsonl(tmp_path / "train.jsonl.gz", rows)
+    write_jsonl(tmp_path / "val.jsonl.gz", rows[:3])
+    task = QATask(load_config(None, ['task="qa"', 'data.format="jsonl"', f'data.corpus="{tmp_path}"',
+                                     'data.valid_split="tune"', "data.carve_fraction=0.25", "data.carve_offset=0.5",
+                                     "train.max_updates=1"]))
+    train, tune = task.examples("train"), task.examples("tune")
+    sources = [qa_source(r["context"], r["question"]) for r in rows]
+    assert tune.src == [s for s in sources if carved(s, 0.25, 0.5)] and 20 <= len(tune.src) <= 80
+    assert train.src == [s for s in sources if s not in set(tune.src)]
+    assert tune.tgt == [r["answer"] for r in rows if carved(qa_source(r["context"], r["question"]), 0.25, 0.5)]
+
+
+@pytest.mark.parametrize("task", ["qa", "summarization", "classify"])
+def test_a_carve_needs_a_validation_split_to_hold_out_into(task):
+    from aiayn.config import ConfigError
+
+    with pytest.raises(ConfigError, match="data.carve_fraction = 0.1 needs data.valid_split"):
+        load_config(None, [f'task="{task}"', 'data.valid_split=""', "data.carve_fraction=0.1", "train.max_updates=1"])
+
+
+def test_empty_parallel_summarization_pairs_are_counted(tmp_path):
+    (tmp_path / "train.src").write_text("a b c\n\nd e f\n")
+    (tmp_path / "train.tgt").write_text("a\nb\n\n")
+    task = summarization_task(tmp_path, 'data.format="parallel"')
+    assert task.examples("train").src == ["a b c"]
+    assert task.drops.of("train") == {"empty": 2}
+
+
 def stories(n: int) -> str:
     """n two-fact bAbI stories, one question each, numbered as the real files are."""
     people, places = ["Mary", "John", "Sandra"], ["garden", "kitchen", "office"]

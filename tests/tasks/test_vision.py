@@ -33,3 +33,20 @@ def test_vit_learns_the_digits(tmp_path, capsys):
     scores = json.loads((tmp_path / "run" / "test_scores.json").read_text())
     assert scores["n_examples"] == 1797 - int(SPLIT["test"][0] * 1797)
     assert scores["accuracy"] > 85.0  # chance is 10%
+
+
+@pytest.mark.parametrize("image", [[[]], [], [[0.5, 2.0]], [["a"]], [[0.1, 0.2], [0.3]], [[float("nan")]]])
+def test_an_image_that_is_no_grid_of_pixels_is_a_request_error(image):
+    """Refused with the shape the route wants (a 422 over HTTP), not numpy's error (a 500)."""
+    import torch
+
+    from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
+    from aiayn.tasks.pipeline import RequestError
+    from aiayn.tasks.vision import ImageClassifier
+
+    model = EncoderOnly(EncoderOnlyConfig(vocab_size=1, d_model=8, n_heads=2, n_layers=1, d_ff=16, n_classes=2,
+                                          input="patches", patch_dim=4, max_positions=5))
+    classifier = ImageClassifier(model, ["0", "1"], 2)
+    assert classifier([[[0.0, 0.5], [1.0, 0.25]]])[0][0] in ("0", "1")
+    with pytest.raises(RequestError, match="an image is a list of pixel rows"):
+        classifier.prepare([image])

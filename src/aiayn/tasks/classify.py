@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from aiayn.config import PAD_ID, UNK_ID
+from aiayn.config import PAD_ID, UNK_ID, ConfigError
 from aiayn.data.batching import LazyBatches
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
@@ -40,7 +40,7 @@ from aiayn.models.base import eval_mode
 from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, task_field, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import Pipeline, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import build_tokenizers
-from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, check_fraction, check_positive
+from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, carving, check_carve, check_positive
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, add_ponder_cost, ponder_weight
@@ -123,13 +123,22 @@ def word_spans(text: str) -> set[str]:
 @dataclass(frozen=True)
 class ClassifyData(VocabSettings, SplitSettings):
     renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({"max_length": "max_input_tokens"})
-    max_input_tokens: int = 256  # longer texts are cut to this many tokens (counted), in training and inference
+    max_input_tokens: int = 127  # longer texts are cut to this many tokens (counted), in training and inference;
+    # at most the model's max_positions less one for [CLS] (the encoder-only default: 128)
     carve_fraction: float = 0.0  # > 0: valid_split is this share of the training file's whole texts (`carve`)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive(self, "max_input_tokens")
-        check_fraction("carve_fraction", self.carve_fraction)
+        check_carve(self)
+
+
+def check_fits(max_input_tokens: int, max_positions: int) -> None:
+    """Inputs cut to `max_input_tokens` fit a model of `max_positions` positions, one of them [CLS]'s."""
+    if max_input_tokens > max_positions - 1:
+        raise ConfigError(f"max_input_tokens {max_input_tokens} does not fit the model: its max_positions "
+                          f"{max_positions} hold {max_positions - 1} tokens after [CLS]; cut the inputs shorter "
+                          f"or give the model more positions")
 
 
 def labels_of(info: dict, model_dir: str | Path) -> list[str]:
@@ -149,6 +158,7 @@ class Classifier(Pipeline):
     def __init__(self, model, tokenizer, labels: list[str], max_length: int):
         if type(max_length) is not int or max_length < 1:
             raise ValueError(f"max_input_tokens must be a whole number of at least 1, got {max_length!r}")
+        check_fits(max_length, model.config.max_positions)
         self.model, self.tokenizer, self.labels, self.max_length = model.eval(), tokenizer, labels, max_length
 
     @classmethod
@@ -230,30 +240,36 @@ class ClassifyTask:
 
     def __init__(self, cfg: TrainConfig):
         self.cfg, self.data = cfg, cfg.data
+        self.check_input_length()
         self.tokenizers: Optional[TokenizerPair] = None
         self.labels: list[str] = []
         self.splits: dict[str, tuple[list[list[int]], list[int]]] = {}
         self.drops = Drops()
         self._carved: Optional[tuple] = None  # with data.carve_fraction: (texts, labels, n_empty, train, held)
 
+    def check_input_length(self) -> None:
+        """data.max_input_tokens fits the model: refused now, not at the first long text, updates in."""
+        check_fits(self.data.max_input_tokens, self.cfg.model.build(64, 64).max_positions)
+
     # -- data -----------------------------------------------------------------------------------
     def read(self, split: str) -> tuple[list[str], list[str]]:
         """(texts, labels) of `split`; with a carve, the training and validation splits divide the
         training file (`carve`)."""
         data = self.data
-        carving = data.carve_fraction > 0 and split in (data.train_split, data.valid_split)
-        path = record_file(data.corpus, data.train_split if carving else split, (".tsv", ".tsv.gz"))
-        if carving and self._carved is not None:  # both splits come from one reading and one carve
+        carved_now = carving(data, split)
+        path = record_file(data.corpus, data.train_split if carved_now else split, (".tsv", ".tsv.gz"))
+        if carved_now and self._carved is not None:  # both splits come from one reading and one carve
             texts, labels, n_empty, train, held = self._carved
         else:
             texts, labels, n_empty = read_labelled(path)
-            if carving:
+            if carved_now:
                 train, held = carve(texts, data.carve_fraction)
                 self._carved = texts, labels, n_empty, train, held
                 log.info("carved %s: %d training texts, %d held out as %s, %d phrases of them dropped", path,
                          len(train), len(held), data.valid_split, len(texts) - len(train) - len(held))
-        self.drops.note(split, "empty", n_empty, n_empty + len(texts), f"{path}: empty texts")
-        if not carving:
+        if not (carved_now and split == data.valid_split):  # the file's empty texts, counted once: in training
+            self.drops.note(split, "empty", n_empty, n_empty + len(texts), f"{path}: empty texts")
+        if not carved_now:
             return texts, labels
         keep = held if split == data.valid_split else train
         return [texts[i] for i in keep], [labels[i] for i in keep]

@@ -54,12 +54,14 @@ class MultilingualTranslationTask(TranslationTask):
         """Every target's pairs of `split`, one target after another; groups[i]: the target's index."""
         from aiayn.data.corpus import read_corpus
 
-        data, src, refs, groups = self.data, [], [], []
+        data, src, refs, groups, n_empty, n_read = self.data, [], [], [], 0, 0
         for g, target in enumerate(data.tgt_langs):
             corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, target), data_dir=data.data_dir or None)
             src += [f"{self.tag(target)} {s}" for s in corpus.src]
             refs += [[t] for t in corpus.tgt]
             groups += [g] * len(corpus.src)
+            n_empty, n_read = n_empty + corpus.stats.n_empty, n_read + corpus.stats.n_read
+        self.drops.note(split, "empty", n_empty, n_read, "pairs with an empty side")
         return Examples(src, refs, groups)
 
     def load(self, split: str):

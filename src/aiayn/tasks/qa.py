@@ -7,7 +7,8 @@
                 story (a hash of file name and story number, so it never changes between runs),
                 the training split is the rest, and any other split (the test files) is read whole.
                 `data.format = "jsonl"`: `{corpus}/{split}.jsonl[.gz]` with "context", "question"
-                and "answer" (a string, or a list of accepted answers).
+                and "answer" (a string, or a list of accepted answers); a carve holds out records
+                by a hash of the source (context and question), as the summarization task does.
     source      `{context} [SEP] {question}`; "[SEP]" is a piece of its own in the vocabulary.
                 Over `data.max_input_tokens` tokens, the *start* of the context is cut: the
                 question and the latest facts stay, in training and through every door.
@@ -32,7 +33,7 @@ from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
 from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, parse_json_line
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
-from aiayn.tasks.settings import TextPairSettings, carved, check, check_fraction
+from aiayn.tasks.settings import TextPairSettings, carved, carving, check, check_carve
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +69,13 @@ class QAData(TextPairSettings):
     renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType(
         {**TextPairSettings.renamed, "valid_fraction": "carve_fraction"})
     format: str = "babi"  # "babi" (bAbI story files) | "jsonl" (context, question, answer records)
-    carve_fraction: float = 0.0  # > 0: valid_split is this share of the training files' stories (by hash)
+    carve_fraction: float = 0.0  # > 0: valid_split is this share of the training files' stories or records (by hash)
     carve_offset: float = 0.0  # where in the hash's range the carve starts: 0.1 with 0.1 is disjoint from 0 with 0.1
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.format in ("babi", "jsonl"), f"data.format must be 'babi' or 'jsonl', got {self.format!r}")
-        check_fraction("carve_fraction", self.carve_fraction)
+        check_carve(self)
         check(0.0 <= self.carve_offset and self.carve_offset + self.carve_fraction <= 1.0,
               f"data.carve_offset + data.carve_fraction must be within [0, 1], got {self.carve_offset} + "
               f"{self.carve_fraction}")
@@ -149,8 +150,14 @@ class QATask(Seq2SeqTask):
         data = self.data
         if data.format == "babi":
             return self._babi(split)
+        if not carving(data, split):
+            return self._jsonl(split)
+        return self._jsonl(data.train_split).carve(split == data.valid_split, data.carve_fraction, data.carve_offset)
+
+    def _jsonl(self, split: str) -> Examples:
         from aiayn.data.records import read_jsonl
 
+        data = self.data
         path = record_file(data.corpus, split)
         records = read_jsonl(path, ("context", "question", "answer"))
         self.drops.note(split, "empty", records.n_empty, records.n_read, f"{path}: records with an empty field")
@@ -163,7 +170,7 @@ class QATask(Seq2SeqTask):
         from aiayn.data.records import read_babi
 
         data = self.data
-        carve = data.carve_fraction > 0 and split in (data.train_split, data.valid_split)
+        carve = carving(data, split)
         pattern = data.train_split if carve else split
         src, refs, groups = [], [], []
         for path in babi_files(data.corpus, pattern):

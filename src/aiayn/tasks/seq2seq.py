@@ -77,6 +77,12 @@ class Examples:
             return self
         return self.pick([i * len(self.src) // n for i in range(n)])
 
+    def carve(self, held: bool, fraction: float, offset: float = 0.0) -> "Examples":
+        """The examples whose source `settings.carved` holds out (held=True) or keeps (held=False)."""
+        from aiayn.tasks.settings import carved
+
+        return self.pick([i for i, s in enumerate(self.src) if carved(s, fraction, offset) == held])
+
     def pick(self, idx: Sequence[int]) -> "Examples":
         """The examples at `idx`, in that order."""
         return Examples([self.src[i] for i in idx], [self.refs[i] for i in idx],

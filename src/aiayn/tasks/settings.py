@@ -100,6 +100,19 @@ def check_fraction(name: str, value: float) -> None:
     check(math.isfinite(value) and 0.0 <= value < 1.0, f"data.{name} must be in [0, 1), got {value}")
 
 
+def check_carve(data) -> None:
+    """`data.carve_fraction` is a share, and a carve has a split to hold out into (`data.valid_split`)."""
+    check_fraction("carve_fraction", data.carve_fraction)
+    check(not data.carve_fraction or bool(data.valid_split),
+          f"data.carve_fraction = {data.carve_fraction} needs data.valid_split: the name of the split it holds out")
+
+
+def carving(data, split: str) -> bool:
+    """Whether `split` is read from the training files under a carve (`data.carve_fraction` > 0): the
+    training split and the validation split carved from it; any other split is read whole."""
+    return data.carve_fraction > 0 and split in (data.train_split, data.valid_split)
+
+
 def carved(key: str, fraction: float, offset: float = 0.0) -> bool:
     """Whether the example named `key` belongs to a validation split carved from the training
     data: a hash, not a random draw, so the split is the same in every run and on every machine.

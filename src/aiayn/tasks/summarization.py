@@ -29,7 +29,7 @@ from typing import Sequence
 from aiayn.data.records import record_file
 from aiayn.tasks.pipeline import Route
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
-from aiayn.tasks.settings import TextPairSettings, carved, check, check_fraction
+from aiayn.tasks.settings import TextPairSettings, carving, check, check_carve
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class SummarizationData(TextPairSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_fraction("carve_fraction", self.carve_fraction)
+        check_carve(self)
         object.__setattr__(self, "reference_fields", tuple(self.reference_fields))
         check(self.format in ("jsonl", "parallel"), f"data.format must be 'jsonl' or 'parallel', got {self.format!r}")
 
@@ -90,11 +90,9 @@ class SummarizationTask(Seq2SeqTask):
     def examples(self, split: str) -> Examples:
         """The split's examples; with a carve, the training and validation splits divide the training file."""
         data = self.data
-        if not (data.carve_fraction > 0 and split in (data.train_split, data.valid_split)):
+        if not carving(data, split):
             return self._read(split)
-        examples = self._read(data.train_split)
-        held = split == data.valid_split
-        return examples.pick([i for i, s in enumerate(examples.src) if carved(s, data.carve_fraction) == held])
+        return self._read(data.train_split).carve(split == data.valid_split, data.carve_fraction)
 
     def _read(self, split: str) -> Examples:
         data = self.data
@@ -102,6 +100,7 @@ class SummarizationTask(Seq2SeqTask):
             from aiayn.data.corpus import read_corpus
 
             corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang))
+            self.drops.note(split, "empty", corpus.stats.n_empty, corpus.stats.n_read, "pairs with an empty side")
             return Examples([flatten(s) for s in corpus.src], [[flatten(t)] for t in corpus.tgt])
         from aiayn.data.records import read_jsonl
 

@@ -271,12 +271,22 @@ class TranslationTask(Seq2SeqTask):
         return ex.src + more, ex.tgt
 
     def check_test_split(self) -> None:
-        """The test split's files exist (found without reading them)."""
+        """The test split's files exist (found without reading them), and a corpus of one TSV file (one
+        split: it would be read again for every split) is not asked for validation or test pairs."""
         data = self.data
-        if data.test_split and data.corpus != "synthetic":
-            from aiayn.data.corpus import resolve_source
+        if data.corpus == "synthetic":
+            return
+        from aiayn.data.corpus import CorpusError, resolve_source
 
-            resolve_source(data.corpus, data.test_split, (data.src_lang, data.tgt_lang), data.data_dir or None)
+        langs = (data.src_lang, data.tgt_lang)
+        _, one_file = resolve_source(data.corpus, data.train_split, langs, data.data_dir or None)
+        others = [f"data.{name} = {getattr(data, name)!r}" for name in ("valid_split", "test_split") if getattr(data, name)]
+        if one_file and others:
+            raise CorpusError(f"{data.corpus}: one TSV file holds one split, the training pairs, so it cannot also give "
+                              f"{' and '.join(others)}: use a directory of {{split}}.{data.src_lang} / "
+                              f"{{split}}.{data.tgt_lang} files, or set those splits to \"\"")
+        if data.test_split:
+            resolve_source(data.corpus, data.test_split, langs, data.data_dir or None)
 
     def task_info(self) -> dict:
         return {"languages": [self.data.src_lang, self.data.tgt_lang]}

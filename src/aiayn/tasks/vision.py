@@ -105,7 +105,7 @@ class ImageClassifier(Classifier):
                 pixels = np.asarray(image, dtype=np.float32)
             except (TypeError, ValueError):  # strings (e.g. form fields), ragged rows
                 raise wrong from None
-            if pixels.ndim != 2 or not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 1:
+            if pixels.ndim != 2 or not pixels.size or not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > 1:
                 raise wrong
             try:
                 out.append(patches(pixels[None], self.patch_size)[0])  # (N, p²)
@@ -171,6 +171,10 @@ class ImageClassifyTask(ClassifyTask):
     name = "image-classify"
     data_config = ImageData
     pipeline = ImageClassifier
+
+    def check_input_length(self) -> None:
+        """Not needed: every image makes as many patches, so a model with too few positions fails at its
+        first batch (the encoder says so), before any update is lost."""
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
         if self.data.corpus != "sklearn:digits":
