@@ -10,7 +10,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Callable, Iterator, Sequence
 
 
 @contextlib.contextmanager
@@ -101,6 +101,17 @@ def atomic_dir(path: str | Path, make: bool = True) -> Iterator[Path]:
         replace_dir(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_replaceable(path: str | Path, ours: Callable[[Path], bool], kind: str,
+                      sources: Sequence[str | Path] = ()) -> None:
+    """Refuse to replace `path` unless it is absent, an empty directory or a directory of `kind` (`ours`
+    says which), and never one of `sources`, the directories being read: a slip of -o loses nothing."""
+    path = Path(path)
+    if any(path.resolve() == Path(s).resolve() for s in sources):
+        raise FileExistsError(f"{path}: is also an input; write the output somewhere else")
+    if path.exists() and not (path.is_dir() and (ours(path) or not any(path.iterdir()))):
+        raise FileExistsError(f"{path}: exists and is not {kind}; remove it or choose another")
 
 
 def replace_dir(src: Path, dst: Path) -> None:

@@ -43,3 +43,30 @@ def test_export_refuses_a_tokenizer_without_a_counterpart(tmp_path, capsys):
     assert main(["export", "hf", str(tmp_path / "m"), str(tmp_path / "hf")]) == 2
     assert "a chars tokenizer has no GPT-2 counterpart" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
+
+
+def test_import_and_export_replace_only_their_own_earlier_output(gpt2_dirs, tmp_path, capsys):
+    """An earlier import (an aiayn directory) or export (a Hugging Face one) is replaced; the other kind, a
+    non-empty directory, or the input itself is refused and left as it was."""
+    hf_dir, _ = gpt2_dirs
+    ours, back = tmp_path / "ours", tmp_path / "back"
+    assert main(["import", "hf", str(hf_dir), str(ours)]) == 0
+    assert main(["import", "hf", str(hf_dir), str(ours)]) == 0  # its own earlier output
+    assert main(["export", "hf", str(ours), str(back)]) == 0
+    assert main(["export", "hf", str(ours), str(back)]) == 0
+    before = {p.name: p.read_bytes() for p in ours.iterdir()}
+    for argv, refused in ((["export", "hf", str(ours), str(ours)], "is also an input"),
+                          (["import", "hf", str(hf_dir), str(back)], "is not an aiayn model directory"),
+                          (["import", "hf", str(hf_dir), str(hf_dir)], "is also an input")):
+        assert main(argv) == 2
+        assert refused in capsys.readouterr().err
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    assert main(["export", "hf", str(ours), str(other)]) == 2
+    assert "is not a Hugging Face model directory" in capsys.readouterr().err
+    assert main(["export", "hf", str(ours), str(tmp_path / "back2")]) == 0
+    shutil.copy(ours / "config.json", tmp_path / "back2" / "config.json")  # now an aiayn config: not an export's
+    assert main(["export", "hf", str(ours), str(tmp_path / "back2")]) == 2
+    assert {p.name: p.read_bytes() for p in ours.iterdir()} == before and (other / "notes.txt").read_text() == "keep"
+    assert_same_tensors(hf_dir, back)

@@ -91,3 +91,30 @@ def test_same_config_other_vocabulary_is_refused(tmp_path, capsys):
     save_tokenizers(TokenizerPair.shared(SymbolTokenizer(vocab)), b)
     assert main(["average", str(a), str(b), str(bare), "-o", str(tmp_path / "avg")]) == 0
     _assert_mean_of(Transformer.from_pretrained(tmp_path / "avg"), [a, b, bare])
+
+
+def test_the_output_replaces_only_a_model_directory_whole_and_never_an_input(tmp_path, capsys):
+    """A model directory there is replaced whole: no file of the old one (an lm's task.json, say) stays to
+    change what the average answers as. A directory of other files, or a checkpoint averaged, is refused."""
+    import json
+
+    from aiayn.cli import main
+    from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+
+    a, b = _saved(tmp_path, [1, 2])
+    for path in (a, b):
+        save_tokenizers(TokenizerPair.shared(SymbolTokenizer([f"w{i}" for i in range(VOCAB - 4)])), path)
+    out = _saved(tmp_path, [3])[0]  # a model directory, with a task.json the checkpoints do not have
+    (out / "task.json").write_text(json.dumps({"task": "lm", "block": 8}))
+    assert main(["average", str(a), str(b), "-o", str(out)]) == 0
+    assert not (out / "task.json").exists()
+    _assert_mean_of(Transformer.from_pretrained(out), [a, b])
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.txt").write_text("keep")
+    assert main(["average", str(a), str(b), "-o", str(notes)]) == 2
+    assert "notes: exists and is not a model directory" in capsys.readouterr().err
+    weights = (a / "model.safetensors").read_bytes()
+    assert main(["average", str(a), str(b), "-o", str(a)]) == 2
+    assert "is also an input" in capsys.readouterr().err
+    assert (a / "model.safetensors").read_bytes() == weights and (notes / "a.txt").read_text() == "keep"

@@ -88,3 +88,15 @@ def test_a_run_resumed_under_torchrun_continues_as_the_uninterrupted_one(tmp_pat
     torchrun("--resume", str(tmp_path / "half"), "--set", "train.max_updates=8")  # finished: nothing to do
     whole, resumed = (load_file(tmp_path / run / "model" / "model.safetensors") for run in ("whole", "half"))
     assert all(torch.equal(whole[name], resumed[name]) for name in whole)
+
+
+@pytest.mark.parametrize("device_type, expected", [("cpu", {"cpu": "gloo"}), ("cuda", {"cpu": "gloo", "cuda": "nccl"})])
+def test_the_trainers_cpu_numbers_have_a_backend_on_every_device(device_type, expected):
+    """`all_reduce` and `gather_objects` reduce CPU tensors: the group serves them on GPUs too (NCCL serves
+    CUDA tensors only; a plain "nccl" group fails at the trainer's first all_reduce), with gradients on NCCL."""
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    from aiayn.training.distributed import process_group_backend
+
+    served = BackendConfig(Backend(process_group_backend(device_type))).get_device_backend_map()
+    assert {device: served[device] for device in expected} == expected

@@ -174,3 +174,18 @@ def test_average_keeps_the_runs_task(tmp_path, capsys):
     assert main(["average", str(run_dir / "checkpoints"), "--last", "2", "-o", str(tmp_path / "avg2"),
                  "--task-from", str(out)]) == 0
     assert read_task_info(tmp_path / "avg2") == read_task_info(out)
+
+
+def test_resume_may_change_the_training_only_model_fields_and_nothing_else(tmp_path):
+    """Those `averaging` may differ in too (dropout, ACT's ponder cost); a shape field is refused, named."""
+    from aiayn.config import training_only_names
+    from aiayn.training.config import load_config, save_config
+    from aiayn.training.pipeline import check_resumable
+
+    act = ['model.recurrence="universal"', 'model.halting="act"', "model.depth_steps=2", "train.max_updates=1"]
+    save_config(load_config(None, act), tmp_path)
+    assert {"dropout", "ponder_cost"} <= training_only_names(load_config(None, act).model.build(64, 64))
+    for changed in ("model.dropout=0.3", "model.attention_dropout=0.2", "model.ponder_cost=0.05"):
+        check_resumable(tmp_path, load_config(None, [*act, changed]))
+    with pytest.raises(ValueError, match="with model.depth_steps = 3: the run was trained with 2"):
+        check_resumable(tmp_path, load_config(None, [*act, "model.depth_steps=3"]))

@@ -68,7 +68,7 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
 
     ct2 = require_ctranslate2()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    _check_destination(out_dir)
+    _check_destination(out_dir, model_dir)
     model, tokenizers, info = _read_model_dir(model_dir)
     with atomic_dir(out_dir, make=False) as tmp:  # CTranslate2's converter makes the directory
         convert_transformer(model, tmp, quantization, _pieces(tokenizers.src, model_dir),
@@ -132,12 +132,11 @@ def _pieces(tokenizer, model_dir: Path) -> list[str]:
     return pieces
 
 
-def _check_destination(out_dir: Path) -> None:
-    """Refuse to replace a non-empty directory that is not an earlier export."""
-    if out_dir.exists() and not (out_dir / MANIFEST).is_file():
-        if not out_dir.is_dir() or any(out_dir.iterdir()):
-            raise FileExistsError(f"{out_dir}: exists and is not an export directory; "
-                                  "remove it or choose another output directory")
+def _check_destination(out_dir: Path, model_dir: Path) -> None:
+    """Refuse to replace a non-empty directory that is not an earlier export, or the model directory."""
+    from aiayn.io import check_replaceable
+
+    check_replaceable(out_dir, lambda d: (d / MANIFEST).is_file(), "an export directory", [model_dir])
 
 
 def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version: str) -> dict:

@@ -18,10 +18,13 @@ weights are safetensors, configs JSON, tokenizers sentencepiece or the `tokenize
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 from pathlib import Path
 
 from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file
+from aiayn.io import read_utf8
+from aiayn.models import is_model_dir
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ def import_hf(src: str | Path, out: str | Path) -> Path:
             save_tokenizers(imported.tokenizers, tmp)
         write_task_info(tmp, imported.task_info)
 
-    _write_dir(Path(out), write)
+    _write_dir(Path(out), write, is_model_dir, "an aiayn model directory", src)
     log.info("imported %s (%s) to %s", src, kind, out)
     return Path(out)
 
@@ -82,7 +85,7 @@ def export_hf(model_dir: str | Path, out: str | Path) -> Path:
         with atomic_write(tmp / "config.json") as f:  # last: a directory with its config is complete
             f.write_bytes(json_file(exported.config))
 
-    _write_dir(Path(out), write)
+    _write_dir(Path(out), write, is_hf_dir, "a Hugging Face model directory", model_dir)
     log.info("exported %s to %s (Hugging Face %s)", model_dir, out, exported.config["architectures"][0])
     return Path(out)
 
@@ -102,12 +105,19 @@ def _family_of(model, model_dir: Path):
     return importlib.import_module(FAMILIES[kind])
 
 
-def _write_dir(out: Path, write) -> None:
-    """`write(tmp)` fills a directory beside `out`, which then replaces `out`: a model directory
-    (config.json) or an empty one; anything else there is an error."""
-    from aiayn.io import atomic_dir
+def is_hf_dir(directory: Path) -> bool:
+    """Whether `directory` holds a Hugging Face model: a config.json that lists its "architectures"."""
+    try:
+        return isinstance(json.loads(read_utf8(directory / "config.json")).get("architectures"), list)
+    except (OSError, ValueError, AttributeError):
+        return False
 
-    if out.exists() and not (out / "config.json").is_file() and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out}: exists and is not a model directory; remove it or choose another")
+
+def _write_dir(out: Path, write, ours, kind: str, src: str | Path) -> None:
+    """`write(tmp)` fills a directory beside `out`, which then replaces `out`: absent, empty, or an earlier
+    output of this `kind` (`ours`); anything else there, or `src` itself, is an error."""
+    from aiayn.io import atomic_dir, check_replaceable
+
+    check_replaceable(out, ours, kind, [src])
     with atomic_dir(out) as tmp:
         write(tmp)

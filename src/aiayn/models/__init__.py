@@ -58,6 +58,17 @@ def read_config(directory: str | Path) -> tuple[str, Any]:
         raise ValueError(f"{path}: not a valid model config ({e})") from e
 
 
+def is_model_dir(directory: str | Path) -> bool:
+    """Whether `directory` holds an aiayn model (its config.json names one of MODEL_TYPES), not, say, a
+    Hugging Face one, whose config.json lists its "architectures"."""
+    try:
+        data = json.loads(read_utf8(Path(directory) / CONFIG_FILE))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "architectures" not in data and \
+        data.get(MODEL_TYPE_KEY, DEFAULT_MODEL_TYPE) in MODEL_TYPES
+
+
 def load_model(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
     """Config and weights of a model directory, in eval mode on `device`. The caller's random state is
     left as it was (the weights the model is built with are drawn and then replaced)."""
@@ -74,5 +85,5 @@ def load_model(directory: str | Path, device: str | torch.device = "cpu") -> Pre
 __all__ = [
     "MODEL_TYPES", "DEFAULT_MODEL_TYPE", "PretrainedModel", "DecoderOnly", "DecoderOnlyConfig", "EncoderOnly",
     "EncoderOnlyConfig", "RNNConfig", "RNNEncoderDecoder", "Transformer", "build_model", "count_parameters",
-    "load_model", "model_class", "read_config", "CONFIG_FILE", "WEIGHTS_FILE",
+    "is_model_dir", "load_model", "model_class", "read_config", "CONFIG_FILE", "WEIGHTS_FILE",
 ]

@@ -15,7 +15,8 @@ import torch
 
 from aiayn.config import training_only_names
 from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR, TokenizerPair, load_tokenizers, save_tokenizers
-from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, load_model, read_config
+from aiayn.io import atomic_dir, check_replaceable
+from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, is_model_dir, load_model, read_config
 from aiayn.training.checkpoint import MODEL_DIR, found_beside
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,11 @@ def write_average(paths: Sequence[Path], output: str | Path, tokenizer: str | Pa
         raise FileNotFoundError(f"no tokenizer.json near {paths[0]}; pass --tokenizer DIR")
     vocabulary = load_tokenizers(tok_dir)
     check_same_vocabulary(paths, vocabulary, tok_dir)
-    out = average_checkpoints(paths).save_pretrained(output)
-    save_tokenizers(vocabulary, out)
-    if info:
-        write_task_info(out, info)
-    return out, tok_dir
+    check_replaceable(output, is_model_dir, "a model directory", paths)
+    model = average_checkpoints(paths)
+    with atomic_dir(output) as tmp:  # whole or not at all, and nothing left from what was there
+        model.save_pretrained(tmp)
+        save_tokenizers(vocabulary, tmp)
+        if info:
+            write_task_info(tmp, info)
+    return Path(output), tok_dir

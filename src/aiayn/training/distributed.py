@@ -34,6 +34,13 @@ class DistInfo:
 SINGLE = DistInfo()
 
 
+def process_group_backend(device_type: str) -> str:
+    """torch.distributed's backend for training on `device_type`. On GPUs DDP's gradients go through NCCL,
+    which serves CUDA tensors only, so the trainer's few CPU numbers (`all_reduce`, `gather_objects`) go
+    through gloo in the same group."""
+    return "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+
+
 def init_from_env(device_type: str) -> DistInfo:
     """Join the process group torchrun describes in the environment, if any."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -41,7 +48,7 @@ def init_from_env(device_type: str) -> DistInfo:
         return SINGLE
     info = DistInfo(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
     if not dist.is_initialized():
-        backend = "nccl" if device_type == "cuda" else "gloo"
+        backend = process_group_backend(device_type)
         if device_type == "cuda":
             torch.cuda.set_device(info.local_rank)
         dist.init_process_group(backend=backend)

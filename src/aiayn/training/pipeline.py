@@ -17,6 +17,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
+from aiayn.config import training_only_names
 from aiayn.io import exclusive_lock
 from aiayn.models import build_model
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
@@ -178,10 +179,11 @@ def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:
 def check_resumable(run_dir: Path, cfg: TrainConfig) -> None:
     """A resumed run keeps its model's shape: a changed shape field is an error naming it."""
     saved = load_config(Path(run_dir) / CONFIG_NAME)
-    changeable = {"dropout", "attention_dropout", "activation_dropout"}
     if cfg.model.type != saved.model.type:
         raise ValueError(f"cannot resume {run_dir} as model.type {cfg.model.type!r}: it was trained as {saved.model.type!r}")
-    before, after = saved.model.build(64, 64).to_dict(), cfg.model.build(64, 64).to_dict()
+    built = saved.model.build(64, 64)
+    changeable = training_only_names(built)  # dropout, the ponder cost: what averaging may differ in too
+    before, after = built.to_dict(), cfg.model.build(64, 64).to_dict()
     changed = [k for k in before if k not in changeable and before[k] != after[k]]
     if changed:
         k = changed[0]

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from aiayn.config import OptimConfig
+from aiayn.io import atomic_dir
 from aiayn.runtime import cpu_flags, native_bf16, resolve_precision
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
@@ -384,8 +385,9 @@ class Trainer:
         model = average_checkpoints(chosen) if chosen else self.model
         if chosen:
             log.info("final model = mean of %d checkpoint(s): %s", len(chosen), ", ".join(p.name for p in chosen))
-        model.save_pretrained(out)
-        self.task.save_extras(out)
+        with atomic_dir(out) as tmp:  # a server reading the directory sees the old model or the new one
+            model.save_pretrained(tmp)
+            self.task.save_extras(tmp)
         return out
 
     def _final_checkpoints(self) -> list[Path]:
