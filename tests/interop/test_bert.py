@@ -113,3 +113,29 @@ def test_mlm_masks_with_berts_mask_token_not_its_sep(bert_mlm_dirs):
     toks = load_tokenizers(ours)
     assert toks.src.encode("[MASK]")[-1] != toks.src.ids.aiayn_of[theirs.mask_token_id]  # the trap: [SEP] comes last
     assert mask_id_of(toks.src) == toks.src.ids.aiayn_of[theirs.mask_token_id]
+
+
+def _broken_copy(bert_dirs, tmp_path, edit):
+    import shutil
+
+    hf_dir = shutil.copytree(bert_dirs[0], tmp_path / "hf")
+    config = json.loads((hf_dir / "config.json").read_text())
+    edit(hf_dir, config)
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    return hf_dir
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d, c: (d / "tokenizer_config.json").write_text("{bad"), r"tokenizer_config.json: not valid JSON"),
+    (lambda d, c: c.pop("hidden_size"), r"config.json: hidden_size must be a positive whole number, got nothing"),
+    (lambda d, c: c.update(num_hidden_layers="2"), r"config.json: num_hidden_layers must be a positive whole number, got '2'"),
+    (lambda d, c: c.update(id2label={"0": "neg", "2": "pos"}), r"config.json: id2label must map every id 0..n-1"),
+    (lambda d, c: (d / "model.safetensors.index.json").write_text("{}"), r"model.safetensors.index.json: no 'weight_map'"),
+])
+def test_a_malformed_checkpoint_is_an_error_naming_its_file(bert_dirs, tmp_path, edit, message):
+    from aiayn.interop.hf import import_hf
+
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        import_hf(_broken_copy(bert_dirs, tmp_path, edit), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+

@@ -217,3 +217,13 @@ def test_native_backend_on_an_export_says_which_backend(exported):
 
     with pytest.raises(ValueError, match="--backend ctranslate2"):
         create_app(exported)
+
+
+def test_long_sources_are_cut_where_the_native_translator_cuts_them(tmp_path):
+    """Sinusoidal tables are exported with rows to spare (max_positions + 256); sources are still cut at
+    the model's own max_input_length, as natively, so both backends read the same source."""
+    model_dir = make_model_dir(tmp_path / "model", seed=2, max_positions=8)
+    native, ct2 = both(model_dir, export_ctranslate2(model_dir, tmp_path / "ct2"))
+    assert native.max_input_tokens == ct2.max_input_tokens == 8 < ct2.max_positions
+    long = [" ".join("abcdefghij"[(i * 3 + j) % 10] for j in range(9 + i)) for i in range(6)]  # 9-14 symbols
+    assert_same_nbest(native.translate(long, nbest=2, **BEAM), ct2.translate(long, nbest=2, **BEAM))

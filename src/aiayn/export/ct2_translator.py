@@ -49,16 +49,18 @@ PATIENCE = 2.0  # beam search runs until beam_size * PATIENCE hypotheses are fin
 class CT2Translator(TextTranslator):
     """Translate with a CTranslate2 export (`aiayn.export.export_ctranslate2`).
 
-    `engine` is a `ctranslate2.Translator`; `max_positions` the rows of the exported
-    position tables (longer sources are cut, longer outputs end there). The other arguments are
-    `Translator`'s: `decode`/`sampling` hold the defaults that `translate` keyword arguments override.
+    `engine` is a `ctranslate2.Translator`; `max_positions` the rows of the exported position tables
+    (longer outputs end there); `max_input_length` the model's own source limit (`Transformer.max_input_length`:
+    without `max_input_tokens` longer sources are cut there, as the native `Translator` cuts them). The other
+    arguments are `Translator`'s: `decode`/`sampling` hold the defaults that `translate` keyword arguments override.
     """
 
     def __init__(self, engine, tokenizers, max_positions: int, decode: DecodeConfig | None = None,
                  sampling: SamplingConfig | None = None, max_input_tokens: int | None = None,
-                 batch_tokens: int = DEFAULT_BATCH_TOKENS, keep: str = "start", patience: float = PATIENCE):
-        super().__init__(tokenizers, decode, sampling, min(max_input_tokens or max_positions, max_positions),
-                         batch_tokens, keep)
+                 batch_tokens: int = DEFAULT_BATCH_TOKENS, keep: str = "start", patience: float = PATIENCE,
+                 max_input_length: int | None = None):
+        limit = max_input_tokens or max_input_length or max_positions
+        super().__init__(tokenizers, decode, sampling, min(limit, max_positions), batch_tokens, keep)
         self.engine, self.max_positions, self.patience = engine, max_positions, patience
         self._src_pieces = tokenizers.src.pieces(range(tokenizers.src.vocab_size))
         tgt_pieces = tokenizers.tgt.pieces(range(tokenizers.tgt.vocab_size))
@@ -85,7 +87,8 @@ class CT2Translator(TextTranslator):
         engine = ct2.Translator(str(export_dir), device=kind, device_index=int(index or 0),
                                 compute_type=compute_type, intra_threads=threads)
         options = {**translator_options(read_task_info(export_dir), export_dir), **{k: v for k, v in kwargs.items() if v is not None}}
-        return cls(engine, load_tokenizers(export_dir), manifest["positions"], **options)
+        return cls(engine, load_tokenizers(export_dir), manifest["positions"],
+                   max_input_length=manifest.get("max_input_length"), **options)  # absent from exports before 2026-11-28
 
     @property
     def device(self) -> str:

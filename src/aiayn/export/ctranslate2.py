@@ -90,8 +90,10 @@ def read_manifest(export_dir: str | Path) -> dict:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != "ctranslate2":
         raise ValueError(f"{path}: not a CTranslate2 export manifest")
-    if not isinstance(manifest.get("positions"), int) or manifest["positions"] < 1:
-        raise ValueError(f"{path}: 'positions' must be a positive integer, got {manifest.get('positions')!r}")
+    for key, required in (("positions", True), ("max_input_length", False)):  # the second since 2026-11-28
+        value = manifest.get(key)
+        if (required or value is not None) and (type(value) is not int or value < 1):
+            raise ValueError(f"{path}: {key!r} must be a positive integer, got {value!r}")
     return manifest
 
 
@@ -148,7 +150,8 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version
     return {
         "format": "ctranslate2", "version": MANIFEST_VERSION, "source": str(model_dir.resolve()),
         "quantization": quantization, "aiayn_version": __version__, "ctranslate2_version": ct2_version,
-        "positions": _table_rows(c),  # rows of the position tables: longer sources are cut, outputs end
+        "positions": _table_rows(c),  # rows of the position tables: longer outputs end there
+        "max_input_length": model.max_input_length,  # longer sources are cut here, as the native Translator cuts
         "model": {"n_encoder_layers": c.n_encoder_layers, "n_decoder_layers": c.n_decoder_layers,
                   "d_model": c.d_model, "n_heads": c.n_heads, "norm_first": c.norm_first,
                   "src_vocab_size": c.src_vocab_size, "tgt_vocab_size": c.tgt_vocab_size},

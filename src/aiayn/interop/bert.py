@@ -13,12 +13,11 @@ BERT's WordPiece (tokenizer.json); a text encodes as Hugging Face encodes it, [S
 
 from __future__ import annotations
 
-import json
-
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.tokenizer import TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
-                                      activation_in, attention, dump_params, json_file, linear, refuse_options, same)
+                                      activation_in, attention, dump_params, json_file, linear, read_json, refuse_options,
+                                      same)
 from aiayn.interop.tokenizers import HFTokenizer
 from aiayn.interop.vocab import IdMap
 from aiayn.models.encoder_only import EncoderOnlyConfig
@@ -72,10 +71,10 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
     if activation == "relu" and architecture == MLM:
         raise ckpt.refuse("hidden_act", "relu", "aiayn's MLM head uses GELU with a ReLU FFN")
     tokenizer = _import_tokenizer(ckpt)
-    labels = _labels(ckpt) if architecture == CLASSIFIER else []
+    labels = ckpt.labels() if architecture == CLASSIFIER else []
     config = EncoderOnlyConfig(
-        vocab_size=tokenizer.ids.size, d_model=c("hidden_size"), n_heads=c("num_attention_heads"),
-        n_layers=c("num_hidden_layers"), d_ff=c("intermediate_size"), dropout=c("hidden_dropout_prob", 0.1),
+        vocab_size=tokenizer.ids.size, d_model=ckpt.need("hidden_size"), n_heads=ckpt.need("num_attention_heads"),
+        n_layers=ckpt.need("num_hidden_layers"), d_ff=ckpt.need("intermediate_size"), dropout=c("hidden_dropout_prob", 0.1),
         attention_dropout=c("attention_probs_dropout_prob", 0.1), norm_first=False, positional="learned",
         max_positions=c("max_position_embeddings", 512), n_classes=len(labels),
         layer_norm_eps=c("layer_norm_eps", 1e-12),
@@ -86,18 +85,13 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
     return Imported("encoder-only", config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
 
 
-def _labels(ckpt: Checkpoint) -> list[str]:
-    id2label = ckpt.field("id2label") or {str(i): f"LABEL_{i}" for i in range(ckpt.field("num_labels", 2))}
-    return [str(id2label[str(i)] if str(i) in id2label else id2label[i]) for i in range(len(id2label))]
-
-
 def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
     from tokenizers import Tokenizer
 
     text = read_tokenizer_json(ckpt)
     backend = Tokenizer.from_str(text)
     path = ckpt.directory / "tokenizer_config.json"
-    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    settings = read_json(path) if path.is_file() else {}
     specials = {}
     for key, (default, aiayn_id) in SPECIALS.items():
         token = settings.get(key) or default
@@ -106,7 +100,7 @@ def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
         if hf_id is None:
             raise Unsupported(f"{ckpt.directory / 'tokenizer.json'}: no {key} {token!r}")
         specials[hf_id] = aiayn_id
-    return HFTokenizer(text, IdMap.build(ckpt.field("vocab_size"), specials), str(ckpt.directory / "tokenizer.json"))
+    return HFTokenizer(text, IdMap.build(ckpt.need("vocab_size"), specials), str(ckpt.directory / "tokenizer.json"))
 
 
 def export_model(model, tokenizers, info: dict, where: str) -> Exported:

@@ -36,10 +36,7 @@ class Checkpoint:
         path = self.directory / CONFIG_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{path}: not found; is {directory} a Hugging Face model directory?")
-        try:
-            self.config: dict = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        self.config: dict = read_json(path)
         self.files = self._weight_files()
         self.names = {name: file for file, names in self.files.items() for name in names}
 
@@ -48,7 +45,9 @@ class Checkpoint:
 
         d = self.directory
         if (d / INDEX).is_file():
-            weight_map = json.loads((d / INDEX).read_text(encoding="utf-8"))["weight_map"]
+            weight_map = read_json(d / INDEX).get("weight_map")
+            if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+                raise ValueError(f"{d / INDEX}: no 'weight_map' of tensor names to shard files")
             files = sorted({d / f for f in weight_map.values()})
         elif (d / WEIGHTS).is_file():
             files = [d / WEIGHTS]
@@ -64,6 +63,24 @@ class Checkpoint:
 
     def field(self, name: str, default: Any = None) -> Any:
         return self.config.get(name, default)
+
+    def need(self, name: str, value: Any = None) -> int:
+        """A whole-number field the model cannot be built without (a size): config.json's, or `value` read
+        from it; its absence is an error naming the file."""
+        value = self.config.get(name) if value is None else value
+        if type(value) is not int or value < 1:
+            raise Unsupported(f"{self.directory / CONFIG_FILE}: {name} must be a positive whole number, got "
+                              f"{'nothing' if value is None else repr(value)}")
+        return value
+
+    def labels(self) -> list[str]:
+        """The class names of `id2label` (keys "0".."n-1", or whole numbers), else LABEL_0.. for `num_labels`."""
+        id2label = self.field("id2label") or {str(i): f"LABEL_{i}" for i in range(self.field("num_labels", 2))}
+        by_id = {str(k): v for k, v in id2label.items()} if isinstance(id2label, dict) else {}
+        if sorted(by_id) != sorted(map(str, range(len(by_id)))) or not by_id:
+            raise Unsupported(f"{self.directory / CONFIG_FILE}: id2label must map every id 0..n-1 to a name, "
+                              f"got {id2label!r}")
+        return [str(by_id[str(i)]) for i in range(len(by_id))]
 
     def has(self, name: str) -> bool:
         return self._find(name) is not None
@@ -88,6 +105,19 @@ class Checkpoint:
 
     def refuse(self, field: str, value: Any, why: str) -> Unsupported:
         return Unsupported(f"{self.directory / CONFIG_FILE}: {field} = {value!r} does not map onto aiayn ({why})")
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object file of a checkpoint; a missing, unreadable or non-object file is an error naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
 
 
 # -- weight tables ---------------------------------------------------------------------------------

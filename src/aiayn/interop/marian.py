@@ -32,7 +32,8 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID, UNK_ID, DecodeConfig, TransformerConfig
 from aiayn.data.tokenizer import SentencePieceTokenizer, TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
-                                      activation_in, attention, dump_params, json_file, linear, refuse_options)
+                                      activation_in, attention, dump_params, json_file, linear, read_json,
+                                      refuse_options)
 from aiayn.interop.tokenizers import MarianTokenizer
 from aiayn.interop.vocab import IdMap
 
@@ -80,7 +81,7 @@ def _ffn(aiayn: str, hf: str) -> list[Param]:
 # -- import ----------------------------------------------------------------------------------------
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
-    heads, d_ff = c("encoder_attention_heads"), c("encoder_ffn_dim")
+    heads, d_ff = ckpt.need("encoder_attention_heads"), ckpt.need("encoder_ffn_dim")
     for field, value, want in (("decoder_attention_heads", c("decoder_attention_heads"), heads),
                                ("decoder_ffn_dim", c("decoder_ffn_dim"), d_ff),
                                ("decoder_start_token_id", c("decoder_start_token_id"), c("pad_token_id"))):
@@ -91,8 +92,8 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
             raise ckpt.refuse(field, c(field), "Marian is post-norm without embedding norms")
     tokenizers, src, tgt = _import_tokenizers(ckpt)
     config = TransformerConfig(
-        src_vocab_size=src.size, tgt_vocab_size=tgt.size, d_model=c("d_model"), n_heads=heads,
-        n_encoder_layers=c("encoder_layers"), n_decoder_layers=c("decoder_layers"), d_ff=d_ff,
+        src_vocab_size=src.size, tgt_vocab_size=tgt.size, d_model=ckpt.need("d_model"), n_heads=heads,
+        n_encoder_layers=ckpt.need("encoder_layers"), n_decoder_layers=ckpt.need("decoder_layers"), d_ff=d_ff,
         dropout=c("dropout", 0.1), attention_dropout=c("attention_dropout", 0.0),
         activation_dropout=c("activation_dropout", 0.0), max_positions=c("max_position_embeddings", 512),
         share_embeddings=c("share_encoder_decoder_embeddings", True) and not _embeddings_apart(ckpt),
@@ -117,12 +118,12 @@ def _embeddings_apart(ckpt: Checkpoint) -> bool:
 
 def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
     d = ckpt.directory
-    settings = _read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    settings = read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
     separate = bool(settings.get("separate_vocabs", False))
-    vocab = _read_json(d / "vocab.json")
-    tgt_vocab = _read_json(d / "target_vocab.json") if separate else vocab
+    vocab = read_json(d / "vocab.json")
+    tgt_vocab = read_json(d / "target_vocab.json") if separate else vocab
     pad, eos = ckpt.field("pad_token_id"), ckpt.field("eos_token_id")
-    V = ckpt.field("vocab_size")
+    V = ckpt.need("vocab_size")
     sides = []
     for spm, words, size in (("source.spm", vocab, V), ("target.spm", tgt_vocab, ckpt.field("decoder_vocab_size") or V)):
         if "<unk>" not in words:
@@ -136,15 +137,6 @@ def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
     return TokenizerPair(src_tok, tgt_tok), src, tgt
 
 
-def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-
-
 def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     """task.json: a translation model, its language pair when the directory says it (tokenizer_config's
     source_lang/target_lang, else a name like opus-mt-de-en), the beam and length penalty of
@@ -153,8 +145,8 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     import dataclasses
 
     d = ckpt.directory
-    settings = _read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
-    generation = _read_json(d / "generation_config.json") if (d / "generation_config.json").is_file() else {}
+    settings = read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    generation = read_json(d / "generation_config.json") if (d / "generation_config.json").is_file() else {}
     generation = {**ckpt.config, **generation}  # older opus-mt configs hold num_beams in config.json
     pair = [settings.get("source_lang"), settings.get("target_lang")]
     if not all(isinstance(x, str) and x for x in pair):

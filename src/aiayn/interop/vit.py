@@ -50,7 +50,7 @@ def _size(ckpt: Checkpoint, field: str) -> int:
         if len(set(value)) != 1:
             raise ckpt.refuse(field, value, "aiayn's patches and images are square")
         value = value[0]
-    return int(value)
+    return ckpt.need(field, value)
 
 
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
@@ -62,11 +62,10 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         raise ckpt.refuse("patch_size", patch, f"it must divide image_size {image}")
     if channels != 1:
         log.warning("%s: %d channels; the image-classify door reads one-channel images", ckpt.directory, channels)
-    id2label = c("id2label") or {str(i): f"LABEL_{i}" for i in range(c("num_labels", 2))}
-    labels = [str(id2label[str(i)]) for i in range(len(id2label))]
+    labels = ckpt.labels()
     config = EncoderOnlyConfig(
-        vocab_size=1, d_model=c("hidden_size"), n_heads=c("num_attention_heads"), n_layers=c("num_hidden_layers"),
-        d_ff=c("intermediate_size"), dropout=c("hidden_dropout_prob", 0.0),
+        vocab_size=1, d_model=ckpt.need("hidden_size"), n_heads=ckpt.need("num_attention_heads"),
+        n_layers=ckpt.need("num_hidden_layers"), d_ff=ckpt.need("intermediate_size"), dropout=c("hidden_dropout_prob", 0.0),
         attention_dropout=c("attention_probs_dropout_prob", 0.0), norm_first=True, positional="learned",
         max_positions=(image // patch) ** 2 + 1, n_classes=len(labels), input="patches",
         patch_dim=channels * patch * patch, layer_norm_eps=c("layer_norm_eps", 1e-12),
