@@ -89,3 +89,26 @@ def test_optimiser_numbers_must_be_finite(field):
     """lr_factor = inf trained a first update at an infinite learning rate: every weight NaN."""
     with pytest.raises(ConfigError, match=f"^{field} must be a finite number"):
         OptimConfig(**{field: float("inf")})
+
+
+@pytest.mark.parametrize("task, vocab_type, ok", [
+    ("translation", "chars", False), ("summarization", "chars", False), ("classify", "chars", False),
+    ("lm", "symbols", False), ("lm", "chars", True), ("translation", "symbols", True), ("qa", "unigram", True),
+])
+def test_each_task_takes_the_vocabularies_its_builder_makes(task, vocab_type, ok):
+    """Refused when the config is read (naming data.vocab_type), not when the vocabulary is built."""
+    from aiayn.training.config import load_config
+
+    overrides = [f'task="{task}"', f'data.vocab_type="{vocab_type}"', "train.max_updates=1"]
+    if ok:
+        assert load_config(None, overrides).data.vocab_type == vocab_type
+    else:
+        with pytest.raises(ConfigError, match=f"data.vocab_type must be one of .* for this task, got '{vocab_type}'"):
+            load_config(None, overrides)
+
+
+def test_a_language_model_holds_out_some_text():
+    from aiayn.training.config import load_config
+
+    with pytest.raises(ConfigError, match="data.valid_fraction must be above 0"):
+        load_config(None, ['task="lm"', "data.valid_fraction=0.0", "train.max_updates=1"])

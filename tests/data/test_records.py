@@ -61,3 +61,14 @@ def test_jsonl_fields_errors_and_empty_records(tmp_path):
     bad.write_text('{"text": 3, "summary": "b"}\n')
     with pytest.raises(CorpusError, match=r"bad.jsonl:1: field 'text' must be a string"):
         read_jsonl(bad, ["text", "summary"])
+
+
+def test_jsonl_lists_lose_their_blank_strings_and_an_emptied_list_is_an_empty_field(tmp_path):
+    """A blank reference is no reference: it would otherwise train on, or score against, an empty target."""
+    path = tmp_path / "d.jsonl"
+    rows = [{"text": "a", "summary": ["", "s", " "], "more": ["", "m"]}, {"text": "b", "summary": []},
+            {"text": "c", "summary": ["  "]}, {"text": "d", "summary": "t", "more": [" "]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    records = read_jsonl(path, ["text", "summary"], optional=["more"])
+    assert records.rows == [{"text": "a", "summary": ["s"], "more": ["m"]}, {"text": "d", "summary": "t"}]
+    assert (records.n_read, records.n_empty) == (4, 2)

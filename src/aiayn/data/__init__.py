@@ -27,7 +27,7 @@ cache_dir=None, max_len=None, max_ratio=None, strict=False) -> ParallelDataset`
 
 Errors: `CorpusError` (a ValueError) and `FileNotFoundError`, messages naming file and line.
 Special ids are PAD 0, BOS 1, EOS 2, UNK 3 (`aiayn.config`); `encode` adds neither BOS nor
-EOS; `collate` builds tgt_in = BOS + y and tgt_out = y + EOS; the source gets neither.
+EOS; `collate` builds src = x + EOS, tgt_in = BOS + y and tgt_out = y + EOS.
 """
 
 from aiayn.data.batching import Batch, TokenBucketSampler, collate, padding_efficiency

@@ -6,7 +6,8 @@ has been read.
 
 JSON lines: one object per line with the fields asked for (string values); an example with
 an empty field is skipped and counted, as the parallel reader does, or is an error with
-`strict=True`. A field may hold a list of strings (several references).
+`strict=True`. A field may hold a list of strings (several references); its blank strings are
+dropped, and a list left empty is an empty field.
 
 bAbI (Weston et al., 2015): numbered lines; a line numbered 1 starts a new story. A question
 line is `ID question<TAB>answer<TAB>supporting fact IDs`; every other line is a fact. The
@@ -48,8 +49,8 @@ def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False, op
         if missing:
             raise CorpusError(f"{path}:{i}: missing field(s) {', '.join(missing)}; has {', '.join(sorted(row))}")
         values = {f: _text(path, i, f, row[f]) for f in fields}
-        extra = {f: _text(path, i, f, row[f]) for f in optional if f in row and row[f] not in ("", [])}
-        if any(not (v.strip() if isinstance(v, str) else any(s.strip() for s in v)) for v in values.values()):
+        extra = {f: v for f in optional if f in row and _filled(v := _text(path, i, f, row[f]))}
+        if not all(map(_filled, values.values())):
             if strict:
                 raise CorpusError(f"{path}:{i}: empty field")
             n_empty += 1
@@ -69,9 +70,16 @@ def _json_object(path, i: int, line: str) -> dict:
 
 
 def _text(path, i: int, field: str, value) -> Field:
-    if isinstance(value, str) or (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+    """A string, or a list of strings without its blank ones (a blank reference is no reference)."""
+    if isinstance(value, str):
         return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [v for v in value if v.strip()]
     raise CorpusError(f"{path}:{i}: field {field!r} must be a string or a list of strings, got {value!r}")
+
+
+def _filled(value: Field) -> bool:
+    return bool(value.strip() if isinstance(value, str) else value)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
 from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts, text_events
-from aiayn.tasks.settings import VocabSettings, check_fraction
+from aiayn.tasks.settings import VocabSettings, check, check_fraction
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, label_smoothed_loss
@@ -42,11 +42,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class LMData(VocabSettings):
     renamed: ClassVar[Mapping[str, Optional[str]]] = MappingProxyType({"format": None})  # it was "text"
+    vocab_types: ClassVar[tuple[str, ...]] = ("bpe", "unigram", "chars")  # running text: no whitespace symbols
     valid_fraction: float = 0.1  # the last tenth of the characters validates (nanoGPT's prepare.py)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_fraction("valid_fraction", self.valid_fraction)
+        check(self.valid_fraction > 0, "data.valid_fraction must be above 0: the language model validates on "
+                                       "the end of the text it holds out")
 
 
 @dataclass

@@ -21,7 +21,6 @@ from aiayn.config import ConfigError
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 from aiayn.runtime import stable_hash
 
-VOCAB_TYPES = ("bpe", "unigram", "symbols", "chars")
 
 
 def check(cond: bool, message: str) -> None:
@@ -60,14 +59,15 @@ class SplitSettings(DataSettings):
 class VocabSettings(DataSettings):
     """Text turned into ids by a vocabulary trained on the training text (or given)."""
 
+    vocab_types: ClassVar[tuple[str, ...]] = ("bpe", "unigram", "symbols")  # what the task's tokenizer builder makes
     tokenizer: str = ""  # a directory holding tokenizer.json (e.g. from `aiayn prepare --out`); "" = train one
-    vocab_type: str = "bpe"  # "bpe" | "unigram" (sentencepiece) | "symbols" (whitespace) | "chars"
+    vocab_type: str = "bpe"  # "bpe" | "unigram" (sentencepiece) | "symbols" (whitespace) | "chars" (the lm task's)
     vocab_size: int = DEFAULT_VOCAB_SIZE  # sentencepiece only; "symbols" and "chars" take what the data holds
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check(self.vocab_type in VOCAB_TYPES,
-              f"data.vocab_type must be one of {', '.join(VOCAB_TYPES)}, got {self.vocab_type!r}")
+        check(self.vocab_type in self.vocab_types,
+              f"data.vocab_type must be one of {', '.join(self.vocab_types)} for this task, got {self.vocab_type!r}")
         check_positive(self, "vocab_size")
 
 
