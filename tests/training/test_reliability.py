@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,6 +117,25 @@ def test_3_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, ca
         result = train(resume_config(run_dir, ["train.max_updates=7"]), resume=True)
     assert "cannot resume from" in caplog.text and latest.name in caplog.text
     assert result.state.step == 7  # from update 3, the checkpoint before the damaged one
+
+
+def test_3_a_damaged_checkpoint_skipped_is_moved_aside_so_the_final_model_never_averages_it(tmp_path, caplog):
+    """Resumed from update 3 past a damaged update 6, the run stops at 5: the final mean of the last 2 is
+    of updates 3 and 5, not of 5 and the damaged 6, and the next resume starts from 5."""
+    run_dir = finished_run(tmp_path)
+    train(resume_config(run_dir, ["train.max_updates=6", "train.save_every_updates=1"]), resume=True)
+    root = run_dir / "checkpoints"
+    damaged = ckpt.latest_checkpoint(root)
+    (damaged / "model.safetensors").write_bytes(b"\x00" * 50)
+    for name in ("ckpt_00000004", "ckpt_00000005"):
+        shutil.rmtree(root / name)
+    with caplog.at_level(logging.INFO):
+        train(resume_config(run_dir, ["train.max_updates=5", "train.save_every_updates=0", "train.average_last=2"]),
+              resume=True)
+    assert f"moved {damaged} aside to damaged-{damaged.name}" in caplog.text
+    assert [p.name for p in ckpt.list_checkpoints(root)][-2:] == ["ckpt_00000003", "ckpt_00000005"]
+    assert (root / f"damaged-{damaged.name}" / "model.safetensors").read_bytes() == b"\x00" * 50  # kept, for a look
+    assert "mean of 2 checkpoint(s): ckpt_00000003, ckpt_00000005" in caplog.text
 
 
 def test_3_a_metrics_row_cut_short_by_a_crash_does_not_stop_the_resume(tmp_path, caplog):

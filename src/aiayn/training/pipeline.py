@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -163,16 +165,25 @@ def _check_vocabulary(model_dir: Path, run_tokenizers) -> list[str]:
 
 
 def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:
-    """Load the newest checkpoint that loads; a damaged newer one is skipped with a warning."""
+    """Load the newest checkpoint that loads. A damaged newer one is skipped with a warning and, once an
+    older one has loaded, moved aside (kept as `damaged-ckpt_N`): listed still, it would be averaged into
+    the final model, or be the newest checkpoint of the continued run, from the abandoned one."""
     found = ckpt.list_checkpoints(run_dir / ckpt.CHECKPOINT_DIR)
     if not found:
         raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint to resume from")
-    for path in reversed(found):
+    for i, path in enumerate(reversed(found)):
         try:
             trainer.resume(path)
-            return
         except (ValueError, FileNotFoundError) as e:
             log.warning("cannot resume from %s (%s); trying the checkpoint before it", path, e)
+            continue
+        if trainer.dist.is_main:
+            for damaged in found[len(found) - i:]:
+                aside = damaged.with_name(f"damaged-{damaged.name}")
+                shutil.rmtree(aside, ignore_errors=True)  # one of an earlier fallback
+                os.replace(damaged, aside)
+                log.warning("moved %s aside to %s: the run continues from %s", damaged, aside.name, path.name)
+        return
     raise ValueError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint loads ({len(found)} tried)")
 
 
