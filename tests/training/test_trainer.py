@@ -50,6 +50,16 @@ def test_accumulated_gradient_equals_one_big_batch(tmp_path):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-5, msg=name)
 
 
+def test_a_position_past_the_epochs_batches_starts_the_next_epoch_instead_of_an_empty_update(tmp_path):
+    """A run resumed with more processes has fewer batches an epoch on each: where it stood may be past them."""
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=1), tmp_path, epoch_data(6))
+    trainer.state.epoch, trainer.state.batch_index = 2, 9
+    trainer.fit()
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["split"] == "train"]
+    assert trainer.state.step == 1 and (trainer.state.epoch, trainer.state.batch_index) == (3, 1)
+    assert rows[-1]["tokens_per_s"] > 0 and math.isfinite(rows[-1]["loss"])  # the one update had data
+
+
 def test_schedule_steps_once_per_update(tmp_path):
     model = Transformer(tiny_config())
     trainer = make_trainer(model, OPTIM, run_config(update_freq=3, max_updates=2), tmp_path, epoch_data(6))

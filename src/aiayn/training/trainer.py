@@ -241,6 +241,9 @@ class Trainer:
                 n = int(all_reduce([len(batches)], self.dist, op="min")[0])  # ranks stay in step
                 if n == 0:
                     raise ValueError(f"epoch {epoch} has no training batches")
+                if self.state.batch_index >= n:  # resumed with fewer batches an epoch (more processes): it is over
+                    self.state.epoch, self.state.batch_index = epoch + 1, 0
+                    continue
                 self._epoch_batches = n
                 while reason is None and self.state.epoch == epoch:  # _after_update ends the epoch
                     i = self.state.batch_index
