@@ -6,6 +6,12 @@ import contextlib
 import random
 from typing import Iterator
 
+
+class MissingExtra(ImportError, RuntimeError):
+    """An optional dependency is not installed; the message says which extra brings it. A RuntimeError
+    too, so that the CLI reports it in one line (`aiayn.cli.EXPECTED_ERRORS`)."""
+
+
 DEVICES_HELP = "'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'"
 
 

@@ -2,6 +2,7 @@
 exit code 2, with no traceback (unless -v); a closed stdout ends the output quietly (141)."""
 
 import io
+import re
 import subprocess
 import sys
 
@@ -141,7 +142,8 @@ def test_closed_stdout_ends_quietly(monkeypatch, capsys):
     with_stdin(monkeypatch, "a b c\nd e\n")
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["translate", str(FIXTURE), *FAST]) == 141
-    assert capsys.readouterr().err == ""
+    said = [line for line in re.split(r"[\r\n]", capsys.readouterr().err) if line.strip()]
+    assert all(re.fullmatch(r"\d+line \[.*\]", line) for line in said), said  # the lines counted, no complaint
 
 
 def test_closed_stdout_pipe_in_a_real_process():
@@ -234,3 +236,13 @@ def test_resume_with_another_run_dir_is_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("aiayn.training.pipeline.train", raising(RuntimeError("resumed")))  # the same run: on to it
     assert main(["train", "--resume", str(run), "--run-dir", f"{run}/"]) == 2
     assert one_error_line(capsys.readouterr().err, "train") == "resumed"
+
+
+def test_a_missing_extra_is_a_one_line_error(monkeypatch, capsys):
+    """Without fastapi `aiayn serve` says which extra to install, in one line (no traceback, exit 2)."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else find_spec(name, *a))
+    assert main(["serve", str(FIXTURE)]) == 2
+    assert capsys.readouterr().err == "aiayn serve: error: aiayn serve needs the serve extra: pip install 'aiayn[serve]'\n"

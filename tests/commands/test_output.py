@@ -116,5 +116,7 @@ def test_dash_is_stdout_when_reading_stdin_too(model_dir, src, tmp_path, monkeyp
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
     capsys.readouterr()
     assert main(["translate", str(model_dir), "-o", "-", *FAST]) == 0  # streamed in chunks, not through write_lines
-    assert capsys.readouterr().out == expected(model_dir)
+    out, err = capsys.readouterr()
+    assert out == expected(model_dir)
+    assert f"{len(LINES)}line" in err.replace(" ", "")  # piped in, the lines are counted on stderr as -i FILE's are
     assert not (tmp_path / "-").exists()

@@ -272,7 +272,8 @@ def test_evaluate_a_hypothesis_file_refuses_decoding_flags(tmp_path, capsys):
     assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--beam-size", "8", "--src", str(ref)]) == 2
     err = capsys.readouterr().err
     assert "--beam-size --src: for --model" in err and "Traceback" not in err
-    assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--device", "cpu"]) == 0  # --device has a default
+    assert main(["evaluate", "--hyp", str(ref), "--ref", str(ref), "--device", "cpu"]) == 2  # no model runs on it
+    assert "--device: for --model" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flags, options", [(["--quantize", "int8"], {"quantize": "int8"}),

@@ -47,6 +47,17 @@ def test_each_kind_writes_a_picture(kind, tmp_path, model_dir, run_dir, capsys):
     assert str(out) in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("kind", ["attention", "mask"])
+def test_a_picture_on_stdout_is_the_picture_alone(kind, tmp_path, model_dir, run_dir, capfdbinary):
+    """-o - : the PNG goes to stdout, and the command's own lines (what it wrote, the attention's source
+    and output) to stderr, so `aiayn plot ... -o - > a.png` is a whole PNG."""
+    capfdbinary.readouterr()
+    assert main(["plot", kind, "-o", "-", *_argv(kind, model_dir, run_dir)]) == 0
+    out, err = capfdbinary.readouterr()
+    assert out.startswith(b"\x89PNG") and out.endswith(b"IEND\xaeB`\x82")
+    assert b"wrote -" in err
+
+
 def test_bad_input_is_a_clean_error(tmp_path, capsys):
     assert main(["plot", "curves", str(tmp_path), "-o", str(tmp_path / "x.png")]) == 2
     assert "metrics" in capsys.readouterr().err

@@ -227,3 +227,68 @@ def test_a_stream_is_never_taken_into_a_waiting_batch():
     assert run(main()) == (["A"], ["B", "C"])
     assert batcher.stats.snapshot(0)["batch_sizes"] == {1: 1}
     batcher.close()
+
+
+def test_the_worker_outlives_a_failure_outside_the_per_request_handlers():
+    """Opening a session fails once (a decoder process that cannot restart, say): that request is answered
+    with an error and the worker goes on, where it had ended and every later request timed out."""
+    calls = []
+
+    def session(options):
+        calls.append(options)
+        if len(calls) == 1:
+            raise RuntimeError("the decoder process could not load the model")
+        return CountdownSession(options, [])
+
+    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, timeout_s=30), session=session)
+    with pytest.raises(RuntimeError, match="decoding failed"):
+        run(batcher.submit(["first"]))
+    assert run(batcher.submit(["second"])) == ["SECOND"] and batcher.worker.is_alive()
+    assert batcher.stats.snapshot(0)["errors"] == 1
+    batcher.close()
+
+
+def test_a_stream_queued_behind_a_request_that_left_is_streamed_not_batched():
+    """The head request leaves (its timeout) while the worker looks for a session; the stream queued after it
+    is then the oldest: it is streamed, where it had been taken into a batch of whole calls and hung."""
+    opened, release = threading.Event(), threading.Event()
+
+    def session(options):
+        opened.set()
+        assert release.wait(60)
+        return None  # no continuous session for these options: whole calls
+
+    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, timeout_s=1.0), session=session,
+                             stream=lambda text, options: iter(text.upper()))
+
+    async def main():
+        whole = asyncio.ensure_future(batcher.submit(["a"]))
+        assert await asyncio.to_thread(opened.wait, 60)
+        with pytest.raises(TimeoutError):
+            await whole
+        stream = batcher.stream("bc")
+        first = asyncio.ensure_future(stream.__anext__())  # queues the stream
+        await asyncio.sleep(0)
+        release.set()
+        return [await first] + [piece async for piece in stream]
+
+    assert run(main()) == ["B", "C"]
+    assert batcher.stats.snapshot(0)["batches"] == 0 and batcher.stats.snapshot(0)["streams"] == 1
+    batcher.close()
+
+
+@pytest.mark.parametrize("settings", [dict(max_wait_ms=float("inf")), dict(timeout_s=float("nan")),
+                                      dict(timeout_s=0.0), dict(max_wait_ms=-1.0), dict(max_batch=0)])
+def test_batching_settings_must_be_finite_and_positive(settings):
+    with pytest.raises(ValueError, match="must be"):
+        BatchConfig(**settings)
+
+
+@pytest.mark.parametrize("field", ["max_texts", "max_chars", "max_beam", "max_len_b"])
+def test_request_limits_must_be_whole_numbers_of_at_least_one(field):
+    """0 or less would refuse every request with a 413."""
+    from aiayn.serve.limits import ServeLimits
+
+    for bad in (0, -5, 2.5):
+        with pytest.raises(ValueError, match=f"{field} must be a whole number of at least 1, got {bad!r}"):
+            ServeLimits(**{field: bad})

@@ -124,6 +124,19 @@ def test_brackets_inside_a_string_do_not_count_as_nesting(clients):
     assert response.status_code == 200, response.text
 
 
+def test_an_unclosed_string_is_one_match_to_the_end_and_its_body_a_400(clients):
+    """Quotes that never close ('"\\"\\"...') were tried as a string start at every quote, each
+    try running to the end: quadratic (a 40 KB body held the event loop for 11 s). One match to the end
+    now; the brackets after it are the string's, and json.loads says what is wrong."""
+    from aiayn.serve.requests import _JSON_STRING, json_depth
+
+    body = b'{"text": "' + b'\\"' * 20_000 + b"[[[{"
+    assert [m.span() for m in _JSON_STRING.finditer(body)] == [(1, 7), (9, len(body))]
+    assert json_depth(body) == 1
+    response = post_json(clients["translation"], "/v1/translate", body)
+    assert response.status_code == 400 and "malformed JSON body: Unterminated string" in response.json()["error"]
+
+
 # -- item 13: an error never echoes the whole input -------------------------------------------
 MB = "x" * 1_000_000
 

@@ -80,6 +80,9 @@ def test_qa_keeps_the_question_of_a_long_context_in_every_door(tmp_path, capsys)
     out = cli(capsys, "answer", "--model", directory, "-i", tmp_path / "q.jsonl")
     assert [json.loads(line)["prediction"] for line in out.splitlines()] == python
     assert cli(capsys, "answer", "--model", directory, "--context", context, "--question", question).strip() == python[0]
+    assert cli(capsys, "answer", "--model", directory, "--context", context, "--question", question,
+               "-o", tmp_path / "a.txt") == ""  # -o is honoured for the one question too
+    assert (tmp_path / "a.txt").read_text() == python[0] + "\n"
     assert http(directory, "/v1/answer", {"context": context, "question": question})["answers"] == python
 
 

@@ -19,7 +19,8 @@ def add_arguments(p) -> None:
     p.add_argument("--context", help="the text the question is about")
     p.add_argument("--question", help="the question (with --context)")
     p.add_argument("-i", "--input", help='JSON lines with "context" and "question" (default: stdin)')
-    p.add_argument("-o", "--output", help="JSON lines out, with \"prediction\" (default: stdout)")
+    p.add_argument("-o", "--output", help="where the answers go (default: stdout): JSON lines with \"prediction\" "
+                                          "for -i, the answer's text for --context/--question")
     translate.add_decode_arguments(p)
 
 
@@ -31,6 +32,7 @@ def run(args) -> int:
         door.check_writable(args.output)
     pipeline = door.load(args, own_command=True, **translate.pipeline_options(args))
     if one:
-        print(pipeline.text(pipeline([(args.context, args.question)], **translate.translate_kwargs(args))[0]))
+        prediction = pipeline([(args.context, args.question)], **translate.translate_kwargs(args))[0]
+        door.write_lines(args.output, [pipeline.text(prediction) + "\n"])
         return 0
     return door.run_lines(args, pipeline, translate.translate_kwargs(args), index_option="first_index")

@@ -4,8 +4,6 @@ line -> `label<TAB>probability` per output line."""
 from __future__ import annotations
 
 from aiayn.commands import door
-from aiayn.runtime import DEVICES_HELP
-from aiayn.training.config import RunConfig
 
 HELP = "classify texts (or images) with a model directory trained by a classify task (label and probability per line)"
 
@@ -14,7 +12,7 @@ def add_arguments(p) -> None:
     door.add_model_argument(p, "model directory written by `aiayn train` (task classify or image-classify)")
     p.add_argument("-i", "--input", help="one text per line (default: stdin)")
     p.add_argument("-o", "--output", help="label<TAB>probability per line (default: stdout)")
-    p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+    door.add_device_argument(p)
 
 
 def run(args) -> int:

@@ -8,10 +8,11 @@ alike, so there is one output line per input line and no output line contains a 
 
 from __future__ import annotations
 
+import contextlib
 import argparse
 import sys
 from itertools import islice
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
 
@@ -60,10 +61,26 @@ def add_model_argument(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--model", dest="model", action=_ModelDir, metavar="MODEL", help="the same as MODEL")
 
 
+def add_device_argument(p) -> None:
+    """--device of every command that runs a model. Unset it is None (`device`), so that a command that runs
+    none after all (evaluate --hyp) can tell it was given."""
+    from aiayn.runtime import DEVICES_HELP
+    from aiayn.training.config import RunConfig
+
+    p.add_argument("--device", help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+
+
+def device(args, quantize: str | None = None):
+    """The torch device of --device (`RunConfig.device` when unset), as `runtime.inference_device` picks it."""
+    from aiayn.runtime import inference_device
+    from aiayn.training.config import RunConfig
+
+    return inference_device(args.device or RunConfig.device, quantize)
+
+
 def load(args, own_command: bool = False, **options):
     """The pipeline of `args.model` on `args.device`. With `own_command`, a model whose task another
     command answers for is a one-line error naming that command (before the model is loaded)."""
-    from aiayn.runtime import inference_device
     from aiayn.tasks import task_class, task_of
 
     if args.model is None:
@@ -75,7 +92,7 @@ def load(args, own_command: bool = False, **options):
         raise ValueError(f"{args.model}: a {task} model, which `aiayn {command}` does not run; {hint}")
     from aiayn.tasks import load_pipeline
 
-    return load_pipeline(args.model, device=inference_device(args.device, options.get("quantize")), **options)
+    return load_pipeline(args.model, device=device(args, options.get("quantize")), **options)
 
 
 def read_lines(path: str) -> list[str]:
@@ -112,12 +129,31 @@ def parse(pipeline, lines: list[str], where: str, first: int = 0) -> list:
     return inputs
 
 
-def answer(pipeline, inputs: list, options: dict) -> list:
-    """`pipeline(inputs, **options)` under a progress bar on stderr."""
+@contextlib.contextmanager
+def line_progress(total: Optional[int] = None, disable: bool = False) -> Iterator[Callable[[int], None]]:
+    """A progress callback counting lines on stderr. The bar is drawn at the first line done, so that an
+    error found before any decoding (a bad setting) is the only thing the user sees."""
     from tqdm import tqdm
 
-    with tqdm(total=len(inputs), unit="line", file=sys.stderr, dynamic_ncols=True) as bar:
-        return pipeline(inputs, progress=bar.update, **options)
+    bar = None
+
+    def update(n: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, unit="line", file=sys.stderr, dynamic_ncols=True, disable=disable)
+        bar.update(n)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def answer(pipeline, inputs: list, options: dict) -> list:
+    """`pipeline(inputs, **options)` under a progress bar on stderr."""
+    with line_progress(len(inputs)) as progress:
+        return pipeline(inputs, progress=progress, **options)
 
 
 def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = None,
@@ -135,11 +171,12 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
 
     stdin = stdin_lines()
     chunk = 1 if stdin.isatty() else STDIN_CHUNK
-    with output_file("-" if args.output is None else args.output) as sink:  # a file appears whole, at the end
+    with output_file("-" if args.output is None else args.output) as sink, \
+            line_progress(disable=stdin.isatty()) as progress:  # a count: the total is unknown
         done = 0
         while lines := [chomp(line) for line in islice(stdin, chunk)]:
             inputs = parse(pipeline, lines, "<stdin>", done)
-            outputs = pipeline(inputs, **options, **({index_option: done} if index_option else {}))
+            outputs = pipeline(inputs, progress=progress, **options, **({index_option: done} if index_option else {}))
             sink.writelines(fmt(done + i, x, y) + "\n" for i, (x, y) in enumerate(zip(inputs, outputs)))
             sink.flush()
             done += len(lines)

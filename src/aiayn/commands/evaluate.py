@@ -109,7 +109,7 @@ def check_no_decoding(args) -> None:
 
     decoding = {**translate_kwargs(args), "src": args.src, "save_hyp": args.save_hyp,
                 "batch_tokens": args.batch_tokens, "max_input_tokens": args.max_input_tokens,
-                "precision": args.precision, "quantize": args.quantize}
+                "precision": args.precision, "quantize": args.quantize, "device": args.device}
     given = ["--" + name.replace("_", "-") for name, value in decoding.items() if value is not None]
     if given:
         raise ValueError(f"{' '.join(given)}: for --model; --hyp scores the file as it is")

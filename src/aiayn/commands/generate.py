@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from aiayn.commands import door
 from aiayn.config import SamplingConfig
-from aiayn.runtime import DEVICES_HELP
-from aiayn.training.config import RunConfig
 
 HELP = "sample text from a language model directory (task lm) after a prompt"
 
@@ -21,7 +19,7 @@ def add_arguments(p) -> None:
     p.add_argument("--top-k", type=int, help=f"sample from the k most probable tokens (default: {_S.top_k}, all)")
     p.add_argument("--top-p", type=float, help=f"nucleus sampling mass (default: {_S.top_p}, all)")
     p.add_argument("--seed", type=int, help="sampling seed (default: unseeded)")
-    p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+    door.add_device_argument(p)
 
 
 def run(args) -> int:

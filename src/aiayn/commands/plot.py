@@ -1,3 +1,5 @@
+import sys
+
 HELP = "draw pictures: attention maps, positional encodings, masks, LR schedule, training curves, scaling"
 
 def _int_list(text: str) -> list[int]:
@@ -8,9 +10,8 @@ def _int_list(text: str) -> list[int]:
 
 
 def add_arguments(p) -> None:
+    from aiayn.commands import door
     from aiayn.config import DecodeConfig
-    from aiayn.runtime import DEVICES_HELP
-    from aiayn.training.config import RunConfig
 
     sub = p.add_subparsers(dest="kind", metavar="KIND", required=True)
     kinds = {
@@ -37,8 +38,8 @@ def add_arguments(p) -> None:
                         "decoder-only or encoder-only model its self-attention over the sentence, nothing generated)")
     a.add_argument("--layer", type=int, help="layer index from 0 (default: the last layer)")
     a.add_argument("--head", type=int, help="one head (default: a grid of all heads)")
-    a.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
-    a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default {DecodeConfig().max_len_b}, §6.1)")
+    door.add_device_argument(a)
+    a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default: the model directory's task.json, else {DecodeConfig().max_len_b}, §6.1)")
     q = parsers["positional"]
     q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")
     q.add_argument("--d-model", type=int, help="encoding size (default: the paper's d_model)")
@@ -89,7 +90,7 @@ def _figure(args, size: dict):
 
         line = args.sentence if args.image is None else str(args.image)
         maps = load(args).attention(line, max_len_b=args.max_len_b)
-        print(maps.describe())
+        print(maps.describe(), file=_notes(args))
         return maps.draw(args.part, args.layer, args.head, **size)
     if args.kind == "positional":
         kwargs = {} if args.dims is None else {"dims": args.dims}
@@ -114,5 +115,10 @@ def run(args) -> int:
     from aiayn.plots._figure import parse_size, save_png
 
     fig, _ = _figure(args, {} if args.size is None else {"size": parse_size(args.size)})
-    print(f"wrote {save_png(fig, args.output)}")
+    print(f"wrote {save_png(fig, args.output)}", file=_notes(args))
     return 0
+
+
+def _notes(args):
+    """Where the command's own lines go: stdout, or stderr when stdout carries the picture (-o -)."""
+    return sys.stderr if args.output == "-" else sys.stdout

@@ -3,12 +3,11 @@ across requests, with a web page at /."""
 
 from __future__ import annotations
 
+from aiayn.commands import door
 from aiayn.commands.door import add_model_dirs_argument, whole_number
 from aiayn.commands.translate import add_precision_arguments
-from aiayn.runtime import DEVICES_HELP
 from aiayn.serve.app import ServeLimits
 from aiayn.serve.batcher import BatchConfig
-from aiayn.training.config import RunConfig
 
 HELP = "serve model directories over HTTP (LibreTranslate-compatible /translate, /v1/..., a web page at /)"
 
@@ -46,7 +45,7 @@ def add_arguments(p) -> None:
     p.add_argument("--worker", choices=("process", "thread"), default=_B.worker,
                    help=f"where the model decodes: a worker process of its own (restarted if it dies) or a thread of "
                         f"the HTTP process (default: {_B.worker})")
-    p.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+    door.add_device_argument(p)
     add_precision_arguments(p)
 
 
@@ -56,8 +55,9 @@ def run(args) -> int:
     if not args.model:
         raise ValueError("no model directory: aiayn serve MODEL [MODEL ...] (or --model MODEL, repeated)")
     if not all(importlib.util.find_spec(m) for m in ("fastapi", "uvicorn")):
-        raise ImportError("aiayn serve needs the serve extra: pip install 'aiayn[serve]'")
-    from aiayn.runtime import inference_device
+        from aiayn.runtime import MissingExtra
+
+        raise MissingExtra("aiayn serve needs the serve extra: pip install 'aiayn[serve]'")
     from aiayn.serve.app import serve
 
     from aiayn.serve.keys import read_api_keys
@@ -67,6 +67,6 @@ def run(args) -> int:
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, api_keys=keys, keep_alive_s=args.keep_alive,
                          receive_timeout_s=args.receive_timeout)
     options = {k: v for k, v in (("precision", args.precision), ("quantize", args.quantize)) if v is not None}
-    device = str(inference_device(args.device, args.quantize))
+    device = str(door.device(args, args.quantize))
     serve(args.model, args.host, args.port, device, batching, limits, args.backend, options)
     return 0

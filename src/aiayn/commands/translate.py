@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from aiayn.commands import door
 from aiayn.config import DECODE_METHODS, DEFAULT_BATCH_TOKENS, DecodeConfig, SamplingConfig
-from aiayn.runtime import DEVICES_HELP, PRECISION_CHOICES
-from aiayn.training.config import RunConfig
+from aiayn.runtime import PRECISION_CHOICES
 
 HELP = "translate text with a trained model directory (stdin to stdout, or --input/--output files)"
 
@@ -39,7 +38,7 @@ def add_decode_arguments(p) -> None:
                    help=f"padded source tokens per batch (default: {DEFAULT_BATCH_TOKENS})")
     g.add_argument("--max-input-tokens", type=door.whole_number(2),
                    help="longer sources are truncated with a warning (default: the model's max_positions)")
-    g.add_argument("--device", default=RunConfig.device, help=f"torch device: {DEVICES_HELP} (default: {RunConfig.device})")
+    door.add_device_argument(g)
     add_precision_arguments(g)
 
 

@@ -30,6 +30,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+from aiayn.runtime import MissingExtra
+
 log = logging.getLogger(__name__)
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32")
@@ -38,8 +40,8 @@ MANIFEST_VERSION = 1
 INSTALL_HINT = "pip install 'aiayn[ct2]'"
 
 
-class CTranslate2Missing(ImportError, RuntimeError):
-    """ctranslate2 is not installed. A RuntimeError too, so that the CLI reports it in one line."""
+class CTranslate2Missing(MissingExtra):
+    """ctranslate2 is not installed."""
 
 
 def require_ctranslate2():

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -59,8 +60,10 @@ class BatchConfig:
     worker: str = "process"  # where the model decodes: a worker "process" of its own, or a "thread" of the server's
 
     def __post_init__(self) -> None:
-        if self.max_batch < 1 or self.max_queue < 1 or self.max_wait_ms < 0 or self.timeout_s <= 0:
-            raise ValueError(f"invalid batching settings: {self}")
+        if self.max_batch < 1 or self.max_queue < 1:
+            raise ValueError(f"max_batch and max_queue must be at least 1: {self}")
+        if not 0 <= self.max_wait_ms < math.inf or not 0 < self.timeout_s < math.inf:  # NaN fails too
+            raise ValueError(f"max_wait_ms must be a finite number >= 0 and timeout_s a finite number > 0: {self}")
         if self.worker not in ("process", "thread"):
             raise ValueError(f"worker must be 'process' or 'thread', got {self.worker!r}")
 
@@ -203,24 +206,50 @@ class DynamicBatcher:
 
     # -- the worker thread ----------------------------------------------------------------------
     def _work(self) -> None:
+        """The worker thread's loop: it must outlive any failure, or every later request waits out its timeout."""
         while True:
             head = self._wait_for_work()
             if head is None:
                 return
-            if head.pieces is not None:
-                self._stream(self._pop(head))
-                continue
-            batching = self.session is not None and self.config.max_batch > 1  # max_batch 1: batching off
             try:
-                session = self.session(head.options) if batching else None
-            except Unavailable:
-                continue  # the decoder died before this request reached it: the next try starts its successor
-            if session is not None:
-                self._drive(session, head.options)
-                continue
-            batch = self._next_batch()
-            if batch is not None:
-                self._decode(batch)
+                self._serve(head)
+            except Exception as e:  # noqa: BLE001  a failure outside the per-request handlers
+                log.exception("the batcher failed serving a request; it goes on with the next")
+                self._fail_if_queued(head, e)
+
+    def _fail_if_queued(self, request: _Request, error: Exception) -> None:
+        """Answer `request` with `error` (a 503 for `Unavailable`, else a 500) if no step has taken it yet."""
+        with self.cond:
+            if request not in self.queue:
+                return
+            self.queue.remove(request)
+        if isinstance(error, Unavailable):
+            self._unavailable([request], error)
+            return
+        with self.stats.lock:
+            self.stats.errors += 1
+        if request.pieces is not None:
+            _deliver_piece(request, ("error", RuntimeError("decoding failed")))
+        else:
+            _deliver(request, error=RuntimeError("decoding failed"))
+
+    def _serve(self, head: _Request) -> None:
+        """Serve the oldest live request `head`: alone (a stream), in a continuous-batching session, or in
+        a batch of whole calls with the same options."""
+        if head.pieces is not None:
+            self._stream(self._pop(head))
+            return
+        batching = self.session is not None and self.config.max_batch > 1  # max_batch 1: batching off
+        try:
+            session = self.session(head.options) if batching else None
+        except Unavailable:
+            return  # the decoder died before this request reached it: the next try starts its successor
+        if session is not None:
+            self._drive(session, head.options)
+            return
+        batch = self._next_batch(head)
+        if batch is not None:
+            self._decode(batch)
 
     def _wait_for_work(self) -> _Request | None:
         """The oldest live request (left in the queue), or None once closed and drained."""
@@ -353,12 +382,14 @@ class DynamicBatcher:
                 room -= len(r.texts)
         return taken
 
-    def _next_batch(self) -> list[_Request] | None:
-        """The oldest live request and the same-option requests that join it within max_wait_ms."""
-        with self.cond:  # a re-entrant lock: _wait_for_work takes it again
-            if self._wait_for_work() is None:
+    def _next_batch(self, head: _Request) -> list[_Request] | None:
+        """`head` and the same-option requests that join it within max_wait_ms; None if `head` has left
+        the queue meanwhile (its client went while a session was looked for): the loop looks again."""
+        with self.cond:
+            if head.cancelled or head not in self.queue:
                 return None
-            first = self.queue.popleft()
+            self.queue.remove(head)
+            first = head
             batch, n = [first], len(first.texts)
             deadline = first.enqueued + self.config.max_wait_ms / 1000
             while n < self.config.max_batch:

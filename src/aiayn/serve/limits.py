@@ -50,3 +50,7 @@ class ServeLimits(InputLimits):
             raise ValueError(f"the keep-alive must be a positive number of seconds, got {self.keep_alive_s}")
         if not 0 < self.receive_timeout_s < float("inf"):
             raise ValueError(f"the receive timeout must be a positive number of seconds, got {self.receive_timeout_s}")
+        for name in ("max_texts", "max_chars", "max_beam", "max_len_b"):  # 0 or less would refuse every request
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")

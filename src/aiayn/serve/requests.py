@@ -85,7 +85,7 @@ def parse_json_body(body: bytes) -> dict:
     return parsed
 
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # brackets inside strings do not nest
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?')  # brackets inside strings do not nest; an unclosed one runs to the end (linear, not quadratic)
 _BRACKET_STEP = np.zeros(256, dtype=np.int8)
 _BRACKET_STEP[list(b"[{")], _BRACKET_STEP[list(b"]}")] = 1, -1
 _BRACKET_STEP.flags.writeable = False  # a constant table

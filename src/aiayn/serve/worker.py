@@ -146,7 +146,10 @@ class WorkerProcess:
             if self.process is None:
                 self.restarts += 1
                 log.warning("starting a new decoder process (restart %d)", self.restarts)
-                self._start()
+                try:
+                    self._start()
+                except RuntimeError as e:  # the files changed under the server, say: a 503, and the next call tries again
+                    raise Unavailable(str(e)) from None
             try:
                 self.conn.send(message)
             except OSError:

@@ -41,7 +41,9 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits as sklearn_digits
     except ImportError:
-        raise ImportError("the digits come with scikit-learn: pip install 'aiayn[vision]'") from None
+        from aiayn.runtime import MissingExtra
+
+        raise MissingExtra("the digits come with scikit-learn: pip install 'aiayn[vision]'") from None
     digits = sklearn_digits()
     return (digits.images / 16.0).astype(np.float32), digits.target.astype(np.int64)
 
