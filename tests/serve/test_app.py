@@ -45,6 +45,22 @@ def test_libretranslate_json_form_and_query(client, model_dir):
     assert client.get("/languages").json() == [{"code": "de", "name": "de", "targets": ["en"]}]
 
 
+def test_libretranslate_alternatives_are_the_beams_next_best(client, model_dir):
+    """LibreTranslate's "alternatives": N -> the best of a beam of at least N + 1 as translatedText, and its next
+    N as "alternatives" (a list per text for a list of texts), as the translator's n-best gives them."""
+    from aiayn.decoding.translator import Translator
+
+    nbest = Translator.from_pretrained(model_dir).translate([SENTENCE, "c c"], method="beam", beam_size=4, nbest=3,
+                                                             max_len_a=0.0, max_len_b=6)
+    one = client.post("/translate", json={"q": SENTENCE, "source": "de", "target": "en", "alternatives": 2}).json()
+    assert one == {"translatedText": nbest[0][0][0], "alternatives": [t for t, _ in nbest[0][1:]]}
+    both = client.post("/translate", data={"q": [SENTENCE, "c c"], "alternatives": "2"})
+    assert both.json()["alternatives"] == [[t for t, _ in n[1:]] for n in nbest]
+    for bad in (-1, 16, 1.5, "two"):
+        response = client.post("/translate", json={"q": SENTENCE, "alternatives": bad})
+        assert response.status_code == 422 and "alternatives must be a whole number from 0 to 15" in response.text
+
+
 def test_native_api_with_scores_and_attention(client, model_dir):
     body = client.post("/v1/translate", json={"text": [SENTENCE], "beam_size": 2, "nbest": 2,
                                               "return_attention": True}).json()

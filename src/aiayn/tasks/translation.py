@@ -109,7 +109,8 @@ class TranslationPipeline(TextPipeline):
         return self.tagged(texts, pair[1])
 
     async def libretranslate(self, fields: dict, server) -> dict:
-        """`q` (a string or a list), `source`, `target`, `format` -> {"translatedText": ...}."""
+        """`q` (a string or a list), `source`, `target`, `format`, `alternatives` -> {"translatedText": ...},
+        with "alternatives" (the next best translations, of a beam of at least alternatives + 1) when asked."""
         check_fields(fields, ["q", "source", "target", "format", "alternatives"])
         for name in ("source", "target"):
             if not isinstance(fields.get(name, ""), str):
@@ -118,9 +119,20 @@ class TranslationPipeline(TextPipeline):
             raise RequestError(f"format must be 'text', got {fields.get('format')!r}")
         if "q" not in fields:
             raise RequestError("missing field q")
+        n = fields.get("alternatives", 0)
+        n = int(n) if isinstance(n, str) and n.isdigit() else n  # a form or query field is text
+        most = server.limits.max_beam - 1
+        if type(n) is not int or not 0 <= n <= most:
+            raise RequestError(f"alternatives must be a whole number from 0 to {most}, got {n!r}")
         texts = self.sources(fields, check_texts(fields["q"], server.limits, "q"), server)
-        results = await server.decode(texts)
-        return {"translatedText": results if isinstance(fields["q"], list) else results[0]}
+        one = (lambda xs: xs) if isinstance(fields["q"], list) else (lambda xs: xs[0])
+        if not n:
+            return {"translatedText": one(await server.decode(texts))}
+        decode, _ = self.translator.settings({})
+        beam = max(decode.beam_size if decode.method == "beam" else 1, n + 1)
+        results = await server.decode(texts, method="beam", beam_size=beam, nbest=n + 1)
+        return {"translatedText": one([r[0][0] for r in results]),
+                "alternatives": one([[text for text, _ in r[1:]] for r in results])}
 
     async def languages(self, fields: dict, server) -> list:
         """Every language pair of the server, LibreTranslate style: one entry per source with its targets."""
