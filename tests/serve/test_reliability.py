@@ -124,6 +124,11 @@ def test_brackets_inside_a_string_do_not_count_as_nesting(clients):
     assert response.status_code == 200, response.text
 
 
+def test_a_multipart_body_without_a_boundary_is_a_400_in_the_servers_error_shape(clients):
+    response = clients["translation"].post("/translate", content=b"q=a", headers={"content-type": "multipart/form-data"})
+    assert response.status_code == 400 and response.json()["error"].startswith("malformed form body: ")
+
+
 def test_an_unclosed_string_is_one_match_to_the_end_and_its_body_a_400(clients):
     """Quotes that never close ('"\\"\\"...') were tried as a string start at every quote, each
     try running to the end: quadratic (a 40 KB body held the event loop for 11 s). One match to the end

@@ -26,6 +26,7 @@ async def request_fields(request, max_bytes: int) -> dict[str, Any]:
     """The fields of a request however they came: query parameters, then a JSON body or form
     fields on top. A list in a form or query comes as repeated fields. A body over `max_bytes` is
     refused (413) before it is parsed, and read no further than that."""
+    from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect, Request
 
     fields: dict[str, Any] = {}
@@ -42,7 +43,10 @@ async def request_fields(request, max_bytes: int) -> dict[str, Any]:
             async def replay():
                 return {"type": "http.request", "body": body, "more_body": False}
 
-            form = await Request(request.scope, replay).form()
+            try:
+                form = await Request(request.scope, replay).form()
+            except HTTPException as e:  # starlette's for a bad multipart body (no boundary, say): our error shape
+                raise HTTPProblem(400, f"malformed form body: {e.detail}") from None
             for key in form:
                 values = form.getlist(key)
                 fields[key] = values if len(values) > 1 else values[0]
