@@ -1,7 +1,8 @@
 """torch.distributed setup for `torchrun --nproc_per_node=N -m aiayn train ...`.
 
 torchrun sets RANK / WORLD_SIZE / LOCAL_RANK; without them everything here is a no-op
-single process. Backend: NCCL on CUDA, gloo on CPU. Only rank 0 writes files.
+single process. Backend: gloo on CPU; on CUDA NCCL for the gradients and gloo for the trainer's few CPU
+numbers (`process_group_backend`). Only rank 0 writes files.
 """
 
 from __future__ import annotations
