@@ -45,6 +45,23 @@ def read_utf8(path: str | Path) -> str:
         raise ValueError(utf8_error(path, raw, e)) from None
 
 
+def read_json_object(path: str | Path) -> dict:
+    """The JSON object in file `path` (config.json, task.json, a manifest); a missing file, bad UTF-8 or
+    JSON, or a value other than an object is an error naming the file."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found")
+    try:
+        data = json.loads(read_utf8(path))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return data
+
+
 def utf8_error(path: str | Path, data: bytes, e: UnicodeDecodeError) -> str:
     """"PATH:LINE: invalid UTF-8 (...)" for `e`, raised decoding `data`, the bytes of `path`."""
     line = data.count(b"\n", 0, e.start) + 1

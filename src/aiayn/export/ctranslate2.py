@@ -30,6 +30,7 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+from aiayn.io import read_json_object
 from aiayn.runtime import MissingExtra
 
 log = logging.getLogger(__name__)
@@ -86,11 +87,8 @@ def read_manifest(export_dir: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; is {export_dir} a directory written by "
                                 "`aiayn export ctranslate2`?")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != "ctranslate2":
+    manifest = read_json_object(path)
+    if manifest.get("format") != "ctranslate2":
         raise ValueError(f"{path}: not a CTranslate2 export manifest")
     for key, required in (("positions", True), ("max_input_length", False)):  # the second since 2026-11-28
         value = manifest.get(key)

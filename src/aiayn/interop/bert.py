@@ -16,10 +16,11 @@ from __future__ import annotations
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.tokenizer import TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
-                                      activation_in, attention, dump_params, json_file, linear, read_json, refuse_options,
+                                      activation_in, attention, dump_params, json_file, linear, refuse_options,
                                       same)
 from aiayn.interop.tokenizers import HFTokenizer
 from aiayn.interop.vocab import IdMap
+from aiayn.io import read_json_object
 from aiayn.models.encoder_only import EncoderOnlyConfig
 
 CLASSIFIER, MLM = "BertForSequenceClassification", "BertForMaskedLM"
@@ -91,7 +92,7 @@ def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
     text = read_tokenizer_json(ckpt)
     backend = Tokenizer.from_str(text)
     path = ckpt.directory / "tokenizer_config.json"
-    settings = read_json(path) if path.is_file() else {}
+    settings = read_json_object(path) if path.is_file() else {}
     specials = {}
     for key, (default, aiayn_id) in SPECIALS.items():
         token = settings.get(key) or default

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from aiayn.io import read_json_object
 from aiayn.models.base import CONFIG_FILE
 
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -36,7 +37,7 @@ class Checkpoint:
         path = self.directory / CONFIG_FILE
         if not path.is_file():
             raise FileNotFoundError(f"{path}: not found; is {directory} a Hugging Face model directory?")
-        self.config: dict = read_json(path)
+        self.config: dict = read_json_object(path)
         self.files = self._weight_files()
         self.names = {name: file for file, names in self.files.items() for name in names}
 
@@ -45,7 +46,7 @@ class Checkpoint:
 
         d = self.directory
         if (d / INDEX).is_file():
-            weight_map = read_json(d / INDEX).get("weight_map")
+            weight_map = read_json_object(d / INDEX).get("weight_map")
             if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
                 raise ValueError(f"{d / INDEX}: no 'weight_map' of tensor names to shard files")
             files = sorted({d / f for f in weight_map.values()})
@@ -105,19 +106,6 @@ class Checkpoint:
 
     def refuse(self, field: str, value: Any, why: str) -> Unsupported:
         return Unsupported(f"{self.directory / CONFIG_FILE}: {field} = {value!r} does not map onto aiayn ({why})")
-
-
-def read_json(path: Path) -> dict:
-    """A JSON object file of a checkpoint; a missing, unreadable or non-object file is an error naming it."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a JSON object")
-    return data
 
 
 # -- weight tables ---------------------------------------------------------------------------------

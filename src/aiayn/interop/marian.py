@@ -22,7 +22,6 @@ generate's default early stopping (False) is a heuristic that aiayn's exact sear
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -32,10 +31,11 @@ from torch import Tensor
 from aiayn.config import BOS_ID, EOS_ID, UNK_ID, DecodeConfig, TransformerConfig
 from aiayn.data.tokenizer import SentencePieceTokenizer, TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
-                                      activation_in, attention, dump_params, json_file, linear, read_json,
+                                      activation_in, attention, dump_params, json_file, linear,
                                       refuse_options)
 from aiayn.interop.tokenizers import MarianTokenizer
 from aiayn.interop.vocab import IdMap
+from aiayn.io import read_json_object
 
 ARCHITECTURE = "MarianMTModel"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default
@@ -118,10 +118,10 @@ def _embeddings_apart(ckpt: Checkpoint) -> bool:
 
 def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
     d = ckpt.directory
-    settings = read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    settings = read_json_object(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
     separate = bool(settings.get("separate_vocabs", False))
-    vocab = read_json(d / "vocab.json")
-    tgt_vocab = read_json(d / "target_vocab.json") if separate else vocab
+    vocab = read_json_object(d / "vocab.json")
+    tgt_vocab = read_json_object(d / "target_vocab.json") if separate else vocab
     pad, eos = ckpt.field("pad_token_id"), ckpt.field("eos_token_id")
     V = ckpt.need("vocab_size")
     sides = []
@@ -145,8 +145,8 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     import dataclasses
 
     d = ckpt.directory
-    settings = read_json(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
-    generation = read_json(d / "generation_config.json") if (d / "generation_config.json").is_file() else {}
+    settings = read_json_object(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    generation = read_json_object(d / "generation_config.json") if (d / "generation_config.json").is_file() else {}
     generation = {**ckpt.config, **generation}  # older opus-mt configs hold num_beams in config.json
     pair = [settings.get("source_lang"), settings.get("target_lang")]
     if not all(isinstance(x, str) and x for x in pair):

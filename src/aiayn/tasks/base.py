@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from aiayn.data.tokenizer import TOKENIZER_DIR
+from aiayn.io import read_json_object
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums
 
@@ -127,14 +128,7 @@ def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     if not (model_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
     path = model_dir / TASK_FILE
-    info = {}
-    if path.is_file():
-        try:
-            info = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
-        if not isinstance(info, dict):
-            raise ValueError(f"{path}: expected a JSON object")
+    info = read_json_object(path) if path.is_file() else {}
     from aiayn.tasks import DEFAULT_TASK
 
     found = info.get("task", DEFAULT_TASK)
