@@ -312,3 +312,15 @@ def test_min_len_bans_the_end_in_every_search():
     assert list(stream_search(model, src, DecodeConfig(method="greedy", min_len=2), SamplingConfig())) == [A, A]
     with pytest.raises(ValueError, match="min_len must be >= 0"):
         DecodeConfig(min_len=-1)
+
+
+def test_a_min_len_that_no_repeat_1_makes_impossible_is_refused(model_dir):
+    """With no_repeat_ngram_size 1 each token comes at most once: a min_len over the vocabulary's tokens
+    (besides PAD, BOS, EOS) would leave a step with every token banned (PAD out of greedy, an empty beam)."""
+    tr = Translator.from_pretrained(model_dir)
+    words = tr.tokenizers.tgt.vocab_size - 3
+    for method in ("greedy", "beam", "sample"):
+        with pytest.raises(ValueError, match=f"min_len {words + 1} cannot be met with no_repeat_ngram_size 1"):
+            tr.translate(["a b"], method=method, min_len=words + 1, no_repeat_ngram_size=1)
+    out = tr.translate(["a b"], method="greedy", min_len=words, no_repeat_ngram_size=1, max_len_b=words + 2)[0].split()
+    assert len(out) == len(set(out)) >= words - 1  # as many as the vocabulary holds, none twice (UNK decodes blank)

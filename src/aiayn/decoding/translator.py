@@ -118,6 +118,10 @@ class TextTranslator:
         sampling = {k: given.pop(k) for k in list(given) if k in _SAMPLING_FIELDS}
         decode = dataclasses.replace(self.decode, **given)
         check_sampling_use(decode.method, sampling)  # not silently ignored
+        words = self.tokenizers.tgt.vocab_size - 3  # all but PAD, BOS and EOS
+        if decode.no_repeat_ngram_size == 1 and decode.min_len > words:
+            raise ValueError(f"min_len {decode.min_len} cannot be met with no_repeat_ngram_size 1: the target vocabulary "
+                             f"has {words} tokens besides PAD, BOS and EOS, each used at most once")
         if nbest is not None:
             if decode.method != "beam" or decode.beam_size < max(nbest, 2):
                 raise ValueError(f"nbest {nbest} needs beam search with beam_size >= {max(nbest, 2)}, got method "

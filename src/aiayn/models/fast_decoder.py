@@ -89,7 +89,9 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     attention, built for long queries) spent 3x as long on a step's few queries per source
     (`benchmarks/beam_profile.py --top`); below that, the fused kernel's one call is faster. In bf16
     always the fused kernel, which scores in fp32: bf16 scores from a matmul would make a sentence's
-    output depend on how many others share its batch (the switch at 32)."""
+    output depend on how many others share its batch (the switch at 32). The padding of a batch's longer
+    sources still moves bf16 results at bf16's rounding (about 1e-2: now and then a near-tie flips a
+    token), as in any half-precision decoder; fp32 results do not depend on the batch."""
     n, H, Tq, Dh = q.shape
     if n * H < 32 or q.device.type != "cpu" or q.dtype != torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
