@@ -70,6 +70,21 @@ def test_bad_arguments():
         TokenBucketSampler([1, 2], [1, 2], 10, world_size=4)
 
 
+def test_single_example_batches_that_do_not_divide_among_ranks_leave_the_last_out_of_the_epoch(caplog):
+    """Each example a batch (max_tokens fits one), 3 batches, 2 ranks: the epoch gives each rank one batch and
+    says so, where it had raised, at an epoch the shuffle happened to bring."""
+    import logging
+
+    samplers = [TokenBucketSampler([1, 1, 10], [1, 1, 10], 39, rank=r, world_size=2, sort_by_length=False)
+                for r in range(2)]
+    with caplog.at_level(logging.WARNING):
+        for epoch in range(12):
+            shards = [s.batches(epoch) for s in samplers]
+            assert [len(b) for b in shards] == [1, 1]
+            assert not set(shards[0][0]) & set(shards[1][0])
+    assert "3 single-example batches do not divide among 2 processes: the last 1 are left out" in caplog.text
+
+
 def test_padding_efficiency_hand_computed():
     src, tgt = np.array([2, 4, 3]), np.array([1, 1, 5])
     # batch [0,1]: real 2+4+1+1=8, padded 2*(4+1)=10; batch [2]: 8 / 8

@@ -129,3 +129,33 @@ def test_concat_joins_examples_in_order_and_sums_the_counts(sym_pair):
     assert [(joined[i][0].tolist(), joined[i][1].tolist()) for i in range(len(ds))] == \
            [(ds[i][0].tolist(), ds[i][1].tolist()) for i in range(len(ds))]
     assert joined.stats.n_too_long == 3 * ds.stats.n_too_long  # each part kept the counts of its source
+
+
+def test_a_file_changed_while_read_is_used_but_not_cached(corpus_files, sym_pair, tmp_path, monkeypatch, caplog):
+    """The key hashes the files before they are read: pairs read after a change would be cached under the
+    old bytes' key, and a later run on those bytes would load them."""
+    import os
+
+    from aiayn.data import preprocess
+
+    src, tgt, _ = corpus_files
+    read = preprocess.read_files
+
+    def read_then_touch(files, is_tsv, strict):
+        pairs = read(files, is_tsv, strict)
+        os.utime(src, ns=(0, 1))  # a writer comes by
+        return pairs
+
+    monkeypatch.setattr(preprocess, "read_files", read_then_touch)
+    with caplog.at_level(logging.WARNING):
+        ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    assert len(ds) == 50 and "changed while being read: its pairs are used but not cached" in caplog.text
+    assert _cache_files(tmp_path / "cache") == []
+
+
+def test_an_index_counts_from_the_end_as_a_list_does(sym_pair):
+    ds = ParallelDataset.from_corpus([("a", "b"), ("a b", "c d e")], sym_pair)
+    assert [x.tolist() for x in ds[-1]] == [x.tolist() for x in ds[1]] and len(ds[-1][1]) == 3
+    for bad in (2, -3):
+        with pytest.raises(IndexError):
+            ds[bad]

@@ -191,3 +191,18 @@ def test_a_data_tokenizer_that_is_not_there_says_which_setting_and_what_to_do(tm
 
     with pytest.raises(FileNotFoundError, match=r"data\.tokenizer = .*nope: no such directory; train the run"):
         run_tokenizers(SimpleNamespace(tokenizer=str(tmp_path / "nope")), tmp_path, SINGLE, True, lambda: None)
+
+
+def test_lines_over_sentencepieces_limit_are_counted_not_silently_skipped(caplog):
+    """sentencepiece leaves out of training any sentence over max_sentence_length (4192 bytes) and says
+    nothing: the count is logged (the vocabulary stays as sentencepiece makes it)."""
+    import logging
+
+    long = " ".join(["zebrafish quokka"] * 300)  # 5,099 bytes
+    with caplog.at_level(logging.WARNING):
+        SentencePieceTokenizer.train(_small_corpus() + [long, long], vocab_size=300, model_type="bpe")
+    assert "2 training lines over 4192 bytes (sentencepiece's max_sentence_length) did not train" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        SentencePieceTokenizer.train(_small_corpus() + [long[:4192]], vocab_size=300, model_type="bpe")
+    assert "did not train" not in caplog.text

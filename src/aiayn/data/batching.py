@@ -124,12 +124,17 @@ def _pack(order: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tok
 
 
 def _split_to_multiple(batches: list[list[int]], k: int) -> list[list[int]]:
-    """Split the largest batches in two until len(batches) % k == 0 (a half never costs more)."""
+    """Split the largest batches in two until len(batches) % k == 0 (a half never costs more). When
+    every batch is down to one example, the last len % k are left out of this epoch, with a warning, as
+    DistributedSampler's drop_last does (another epoch's order leaves out others)."""
     while len(batches) % k:
         j = max(range(len(batches)), key=lambda b: len(batches[b]))
         big = batches[j]
         if len(big) < 2:
-            raise ValueError(f"cannot split {len(batches)} single-example batches into {k} equal shards")
+            extra = len(batches) % k
+            log.warning("%d single-example batches do not divide among %d processes: the last %d are left out "
+                        "of this epoch", len(batches), k, extra)
+            return batches[:-extra]
         batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
     return batches
 

@@ -51,6 +51,9 @@ class ParallelDataset:
         return len(self.src_offsets) - 1
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"example {i} of {len(self)}")
+        i %= len(self)  # -1 is the last, as in a list
         return (self.src_ids[self.src_offsets[i]:self.src_offsets[i + 1]],
                 self.tgt_ids[self.tgt_offsets[i]:self.tgt_offsets[i + 1]])
 
@@ -175,10 +178,19 @@ def tokenize_files(files: Sequence[Path], is_tsv: bool, tokenizers: TokenizerPai
             return ds
         except ValueError as e:
             log.warning("ignoring bad cache entry: %s; tokenizing again", e)
+    stamps = [_stamp(f) for f in files]
     ds = ParallelDataset.from_corpus(read_files(files, is_tsv, strict), tokenizers)
+    if [_stamp(f) for f in files] != stamps:  # the key hashed other bytes than these pairs came from
+        log.warning("%s changed while being read: its pairs are used but not cached", ", ".join(map(str, files)))
+        return ds
     ds.save(path)
     log.info("tokenized %d pairs from %s; cached in %s", len(ds), ", ".join(map(str, dict.fromkeys(files))), path)
     return ds
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = Path(path).stat()
+    return st.st_mtime_ns, st.st_size
 
 
 def load_parallel(

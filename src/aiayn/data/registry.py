@@ -153,7 +153,7 @@ def _resolve_one(corpus: KnownCorpus, split: str, lang: str, data_dir, cache_dir
         if expected is None or sha256_file(target) == expected:
             return target
         log.warning("cached %s fails its sha256 check; downloading it again", target)
-        target.unlink()
+        target.unlink(missing_ok=True)  # another process (a DDP rank) may have removed it first
     url_base = base_url or corpus.base_url
     if url_base is None:
         raise FileNotFoundError(f"corpus {corpus.name!r} has no download URL; pass data_dir or set AIAYN_DATA_DIR")
