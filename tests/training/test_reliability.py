@@ -138,6 +138,20 @@ def test_3_a_damaged_checkpoint_skipped_is_moved_aside_so_the_final_model_never_
     assert "mean of 2 checkpoint(s): ckpt_00000003, ckpt_00000005" in caplog.text
 
 
+def test_3_a_fresh_start_after_a_crash_before_any_checkpoint_sets_the_old_rows_aside(tmp_path, caplog):
+    """No checkpoint, so no resume: a fresh start follows. The crashed run's metrics rows (cut short by the
+    crash) and best checkpoint go to RUN_DIR/stale/; the new metrics.jsonl holds the new run's rows alone."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "best").mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 9.0}\n{"step": 2, "spl')
+    with caplog.at_level(logging.WARNING):
+        train(config(tmp_path, corpus(tmp_path / "c", "abcd"), run_dir))
+    assert "moved to" in caplog.text and (run_dir / "stale" / "metrics.jsonl").read_text().startswith('{"step": 1')
+    assert (run_dir / "stale" / "best").is_dir()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows and all(r["step"] <= 3 and r.get("loss") != 9.0 for r in rows)  # each line whole, and the new run's
+
+
 def test_3_a_metrics_row_cut_short_by_a_crash_does_not_stop_the_resume(tmp_path, caplog):
     """A kill while a row was appended leaves half a line at the end of metrics.jsonl: the resume
     drops it (logged) with the rows past the checkpoint, instead of failing on every checkpoint."""

@@ -280,3 +280,70 @@ def test_progress_goes_to_the_callback_and_the_library_draws_no_bars(tmp_path):
     src = Path(__file__).resolve().parents[2] / "src" / "aiayn"
     drawing = [p.relative_to(src) for p in src.rglob("*.py") if "tqdm" in p.read_text() and p.parent.name != "commands"]
     assert drawing == []  # only aiayn/commands draws progress bars
+
+
+def test_fp16_gradients_that_overflow_at_every_scale_end_the_run_as_diverged(tmp_path):
+    """A finite loss with non-finite gradients, update after update: the scaler halves its scale each time;
+    below MIN_LOSS_SCALE the skipped updates count, and the run stops as diverged (it had run to
+    max_updates on unchanged weights, its updates counted once the scale reached 0)."""
+    model = Transformer(tiny_config())
+    data = batches(4, 2, seed=0)
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=5, max_epochs=60, max_bad_updates=3), tmp_path,
+                           lambda e: data)
+    trainer.scaler = torch.amp.GradScaler("cpu")
+    original = trainer.accumulate
+
+    def overflowing(group):
+        stats = original(group)
+        next(model.parameters()).grad.fill_(float("nan"))
+        return stats
+    trainer.accumulate = overflowing
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(TrainingDiverged, match="3 non-finite updates in a row at update 0"):
+        trainer.fit()
+    assert trainer.scaler.get_scale() < 1e-4 and trainer.state.step == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_weights_made_non_finite_are_never_checkpointed(tmp_path):
+    model = Transformer(tiny_config())
+    data = batches(8, 2, seed=0)
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=50, max_bad_updates=3, save_every_updates=1),
+                           tmp_path, lambda e: data)
+    step = trainer.optimizer.step
+
+    def blow_up():  # the second update leaves NaN weights behind (finite loss and gradients before it)
+        step()
+        if trainer.state.step == 1:
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.fill_(float("nan"))
+    trainer.optimizer.step = blow_up
+    with pytest.raises(TrainingDiverged, match="were not saved; the checkpoints .* hold earlier ones"):
+        trainer.fit()
+    saved = ckpt.list_checkpoints(tmp_path / "checkpoints")
+    assert [p.name for p in saved] == ["ckpt_00000001"]
+    assert all(bool(torch.isfinite(p).all()) for p in Transformer.from_pretrained(saved[0]).parameters())
+
+
+def test_a_resume_starts_a_new_streak_and_a_new_best_metric_starts_a_new_best(tmp_path):
+    data, valid = batches(6, 3, seed=0), batches(1, 4, seed=9)
+
+    def trainer(**kw):
+        return make_trainer(Transformer(tiny_config()), OPTIM, run_config(validate_every=1, **kw), tmp_path,
+                            lambda e: data, valid_data=valid, metrics=lambda m: {"bleu": 25.0})
+
+    first = trainer(max_updates=2, best_metric="bleu")
+    first.fit()
+    assert (first.state.best_score, first.state.best_metric) == (25.0, "bleu")
+    latest = ckpt.latest_checkpoint(tmp_path / "checkpoints")
+    state = ckpt.read_train_state(latest)
+    second = trainer(max_updates=4, best_metric="nll", patience=3)
+    second.resume(latest)
+    assert second.state.best_score == float("-inf") and second.state.bad_validations == 0
+    second.fit()
+    assert second.state.best_metric == "nll" and second.state.best_step > state.step  # a best of its own metric
+    again = trainer(max_updates=6, best_metric="nll")
+    again.state.bad_updates = 7
+    again.resume(ckpt.latest_checkpoint(tmp_path / "checkpoints"))
+    assert again.state.bad_updates == 0 and again.state.best_metric == "nll"

@@ -50,6 +50,7 @@ class TrainState:
     batch_index: int = 0  # next micro-batch in this epoch's (deterministic) batch list
     elapsed: float = 0.0  # training wall-clock seconds, summed over resumes
     best_score: float = float("-inf")  # of train.best_metric, higher is better (-nll for "nll")
+    best_metric: str = ""  # the metric best_score is of ("" before 2026-11-28: the run's)
     best_step: int = 0
     bad_validations: int = 0  # validations since the last improvement (early stopping)
     bad_updates: int = 0  # non-finite updates in a row

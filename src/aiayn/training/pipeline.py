@@ -27,6 +27,7 @@ from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config
 from aiayn.training.distributed import DistInfo, init_from_env, shutdown
+from aiayn.training.metrics import METRICS_FILE
 from aiayn.training.schedule import lr_function
 from aiayn.training.trainer import FitResult, Progress, Trainer
 
@@ -81,6 +82,8 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
         with _run_lock(run_dir, dist), no_cudnn_attention(device):
             if resume:
                 check_resumable(run_dir, cfg)
+            elif dist.is_main:
+                set_aside_stale_run(run_dir)
             seed_everything(run.seed)
             task = build_task(cfg)
             task.prepare(run_dir, dist, fresh=not resume)
@@ -103,6 +106,24 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             return trainer.fit()
     finally:
         shutdown()
+
+
+STALE = (METRICS_FILE, "tensorboard", f"{ckpt.CHECKPOINT_DIR}/{ckpt.BEST}")  # what a run writes before a checkpoint
+
+
+def set_aside_stale_run(run_dir: Path) -> None:
+    """A fresh start in a directory without checkpoints (`check_run_dir`) may find what a run that crashed
+    before its first checkpoint wrote: its metrics rows (new ones would follow them, for the same updates),
+    TensorBoard events and best checkpoint. They are moved to `RUN_DIR/stale/`, replacing an older set."""
+    found = [run_dir / name for name in STALE if (run_dir / name).exists()]
+    if not found:
+        return
+    aside = run_dir / "stale"
+    shutil.rmtree(aside, ignore_errors=True)
+    aside.mkdir()
+    for path in found:
+        os.replace(path, aside / path.name)
+    log.warning("%s: a run without checkpoints left %s; moved to %s", run_dir, ", ".join(p.name for p in found), aside)
 
 
 def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:

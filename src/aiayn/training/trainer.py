@@ -42,6 +42,7 @@ from aiayn.training.metrics import MetricsWriter
 from aiayn.training.schedule import adam
 
 log = logging.getLogger(__name__)
+MIN_LOSS_SCALE = 1e-4  # fp16: below this loss scale, overflowing updates count as non-finite (fairseq's --min-loss-scale)
 
 EpochData = Callable[[int], Sequence[Any]]  # epoch -> this rank's micro-batches (each with .to(device))
 
@@ -162,6 +163,11 @@ class Trainer:
         self.state = ckpt.load_checkpoint(path, self.model, self.optimizer, self.scaler, rank=self.dist.rank,
                                           world_size=self.dist.world_size)
         self._last_saved_step = self.state.step
+        self.state.bad_updates = 0  # a resume is a new try (a run stopped as diverged saved its streak)
+        if self.state.best_metric and self.state.best_metric != self.run.best_metric:
+            log.warning("train.best_metric is now %r, the best checkpoint's score was of %r: the best is found afresh",
+                        self.run.best_metric, self.state.best_metric)
+            self.state.best_score, self.state.best_step, self.state.bad_validations = float("-inf"), 0, 0
         self.metrics.truncate_after(self.state.step)
         log.info("resumed from %s at update %d (epoch %d, batch %d)", path, self.state.step,
                  self.state.epoch, self.state.batch_index)
@@ -202,10 +208,13 @@ class Trainer:
             if self.scaler is not None:
                 self.scaler.update()  # closes this update's unscale_ (lowering the scale on inf gradients)
         elif self.scaler is not None:
-            scale = self.scaler.get_scale()
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            stats.applied = self.scaler.get_scale() >= scale  # a lowered scale = overflow, step skipped
+            self.scaler.step(self.optimizer)  # the scaler skips the step itself when the gradients overflowed
+            self.scaler.update()  # and lowers the scale
+            stats.applied = math.isfinite(stats.grad_norm)  # the norm of the unscaled gradients
+            if not stats.applied and self.scaler.get_scale() < MIN_LOSS_SCALE:
+                self.state.bad_updates += 1  # the scale cannot fall further usefully: count towards giving up
+                log.warning("update %d: gradients overflow at loss scale %.2g; skipped (%d in a row)",
+                            self.state.step + 1, self.scaler.get_scale(), self.state.bad_updates)
         elif not math.isfinite(stats.grad_norm):
             self.state.bad_updates += 1
             log.warning("update %d: non-finite gradient norm; skipped (%d in a row)", self.state.step + 1,
@@ -263,7 +272,7 @@ class Trainer:
         s, run, valid = self.state, self.run, {}
         s.elapsed = self._elapsed()
         if s.bad_updates >= run.max_bad_updates:
-            finite = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+            finite = self._weights_finite()
             if finite:
                 self.save()
             where = (f"The last good weights are in {self.ckpt_root}" if finite else "The weights are no longer finite "
@@ -280,8 +289,14 @@ class Trainer:
                 (not run.validate_every and epoch_done):
             valid = self.validate()
         if self._save_due(stats.applied):
-            self.save()
+            if self._weights_finite():
+                self.save()
+            else:  # the checkpoints keep the last finite weights; the next updates are skipped, then stop
+                log.warning("update %d: the weights are not finite; the checkpoint due now is not written", s.step)
         return valid
+
+    def _weights_finite(self) -> bool:
+        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
 
     def finished(self) -> Optional[str]:
         """Why a resumed run has nothing left to do (its budget is spent), or None. All ranks must call."""
@@ -349,6 +364,7 @@ class Trainer:
                              f"{', '.join(sorted(row)) or 'nll, loss, ppl and the task metrics (on rank 0)'}")
         if score > self.state.best_score:
             self.state.best_score, self.state.best_step, self.state.bad_validations = score, self.state.step, 0
+            self.state.best_metric = self.run.best_metric
             self.save(ckpt.BEST)
         else:
             self.state.bad_validations += 1
