@@ -6,21 +6,20 @@ HELP = "train a sentencepiece vocabulary on a corpus' train split and cache the 
 
 
 def add_arguments(p) -> None:
-    from aiayn.tasks import DEFAULT_TASK, task_class
     from aiayn.training.config import RunConfig
 
-    DataConfig = task_class(DEFAULT_TASK).data_config  # the [data] settings of a parallel corpus
+    DataConfig = _data_defaults()
 
     p.add_argument("corpus", help="known corpus name (multi30k, small-parallel-enja), {split}.{lang} directory, "
                                   "or TSV file")
     p.add_argument("--langs", nargs=2, metavar=("SRC", "TGT"), help="source and target language (names, directories)")
     p.add_argument("--out", required=True, help="model directory that receives tokenizer.json + tokenizer files")
     p.add_argument("--splits", nargs="+", help="splits to tokenize (default: all of a known corpus, else train)")
-    p.add_argument("--vocab-size", type=int, default=DataConfig.vocab_size,
+    p.add_argument("--vocab-size", type=int,
                    help=f"pieces per vocabulary (default: data.vocab_size, {DataConfig.vocab_size})")
-    p.add_argument("--model-type", choices=["bpe", "unigram"], default=DataConfig.vocab_type,
+    p.add_argument("--model-type", choices=["bpe", "unigram"],
                    help=f"sentencepiece model (default: data.vocab_type, {DataConfig.vocab_type})")
-    p.add_argument("--seed", type=int, default=RunConfig.seed,
+    p.add_argument("--seed", type=int,
                    help=f"vocabulary training seed (default: train.seed, {RunConfig.seed}: the vocabulary `aiayn train` "
                         "would build, so their caches agree)")
     p.add_argument("--separate-vocab", action="store_true", help="one vocabulary per side (default: joint)")
@@ -33,21 +32,26 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from aiayn.data import load_parallel, load_tokenizers, read_corpus, save_tokenizers, train_tokenizers
+    from aiayn.data import load_parallel, load_tokenizers, read_corpus, save_tokenizers
     from aiayn.data.registry import REGISTRY
 
     out = Path(args.out)
     common = dict(langs=args.langs, data_dir=args.data_dir, cache_dir=args.cache_dir, strict=args.strict)
     if (out / "tokenizer.json").is_file() and not args.retrain:
+        given = [flag for flag, value in (("--vocab-size", args.vocab_size), ("--model-type", args.model_type),
+                                          ("--seed", args.seed), ("--separate-vocab", args.separate_vocab or None))
+                 if value is not None]
+        if given:  # they would be ignored
+            raise ValueError(f"{' '.join(given)}: settings of a new vocabulary, but {out} holds one; add --retrain "
+                             "to replace it, or leave them out to use it")
         tokenizers = load_tokenizers(out)
         print(f"using the existing vocabulary in {out} (--retrain to replace it)")
     else:
-        train = read_corpus(args.corpus, split="train", **common)
-        tokenizers = train_tokenizers(train.src, train.tgt, vocab_size=args.vocab_size,
-                                      model_type=args.model_type, joint=not args.separate_vocab, seed=args.seed)
+        tokenizers = _train_vocabulary(args, read_corpus(args.corpus, split="train", **common))
         save_tokenizers(tokenizers, out)
         kind = "joint" if tokenizers.joint else "separate"
-        print(f"trained {kind} {args.model_type} vocabulary ({tokenizers.src.vocab_size} pieces) -> {out}")
+        print(f"trained {kind} {args.model_type or _data_defaults().vocab_type} vocabulary "
+              f"({tokenizers.src.vocab_size} pieces) -> {out}")
     splits = args.splits or (list(REGISTRY[args.corpus].splits) if args.corpus in REGISTRY else ["train"])
     print(f"{'split':<18}{'pairs':>8}{'skipped':>9}{'src tok':>10}{'tgt tok':>10}  cache")
     for split in splits:
@@ -55,3 +59,20 @@ def run(args) -> int:
         print(f"{split:<18}{len(ds):>8}{ds.stats.n_empty:>9}{int(ds.src_lengths.sum()):>10}"
               f"{int(ds.tgt_lengths.sum()):>10}  {'hit' if ds.from_cache else 'written'}")
     return 0
+
+
+def _data_defaults():
+    from aiayn.tasks import DEFAULT_TASK, task_class
+
+    return task_class(DEFAULT_TASK).data_config  # the [data] settings of a parallel corpus
+
+
+def _train_vocabulary(args, train):
+    """The vocabulary the flags ask for; unset ones take `aiayn train`'s defaults, so that their caches agree."""
+    from aiayn.data import train_tokenizers
+    from aiayn.training.config import RunConfig
+
+    data = _data_defaults()
+    return train_tokenizers(train.src, train.tgt, vocab_size=args.vocab_size or data.vocab_size,
+                            model_type=args.model_type or data.vocab_type, joint=not args.separate_vocab,
+                            seed=RunConfig.seed if args.seed is None else args.seed)
