@@ -270,7 +270,7 @@ def test_classifier_averaging_rows_agree_with_the_classify_door_and_aiayn_averag
     assert len({row["dev"] for row in out["rows"]}) > 1  # the models differ: the rows are not one figure
 
 
-@pytest.mark.slow  # 15-40 s: with the other slow tests, the default suite stays under 10 minutes on an AVX2 CPU
+@pytest.mark.slow  # among the slowest smoke tests (pytest --durations): kept out of the default suite's 10 minutes
 def test_compare_revisions_of_one_checkout_against_itself():
     """Both sides run the same tree: every row of decode_speed comes back, with both medians and a ratio."""
     root = BENCHMARKS.parent
@@ -320,7 +320,7 @@ def test_int8_matmul_times_every_candidate_and_ratio():
         assert math.isclose(r["fp32/int8_rows"], r["fp32"] / r["int8_rows"], rel_tol=1e-2)
 
 
-@pytest.mark.slow  # 15-40 s: with the other slow tests, the default suite stays under 10 minutes on an AVX2 CPU
+@pytest.mark.slow  # among the slowest smoke tests (pytest --durations): kept out of the default suite's 10 minutes
 def test_decode_speed_runs_every_peer_in_its_own_process_and_prints_ratios():
     out = _last_json_line("decode_speed.py", "--skip", "textbook", "hf", "--runs", "1", "--preset", "tiny",
                           "--batch", "2", "--json")
@@ -559,7 +559,7 @@ def test_a_peer_that_does_not_import_is_left_out_with_a_note(capsys, monkeypatch
     assert "ct2 rows: skipped: no_such_peer_module does not import" in err and "broken rows: skipped" in err
 
 
-@pytest.mark.slow  # 15-40 s: with the other slow tests, the default suite stays under 10 minutes on an AVX2 CPU
+@pytest.mark.slow  # among the slowest smoke tests (pytest --durations): kept out of the default suite's 10 minutes
 def test_nanogpt_side_by_side_runs_a_length_nanogpt_does_not_save_at(tmp_path):
     """nanoGPT's config saves every 250 iterations and warms up for 100: 60 iterations end on a save of
     their own, and the loss is compared at the same iteration."""

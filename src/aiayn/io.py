@@ -45,13 +45,15 @@ def read_utf8(path: str | Path) -> str:
         raise ValueError(utf8_error(path, raw, e)) from None
 
 
-def read_json_object(path: str | Path) -> dict:
-    """The JSON object in file `path` (config.json, task.json, a manifest); a missing file, bad UTF-8 or
-    JSON, or a value other than an object is an error naming the file."""
+def read_json_object(path: str | Path, missing_ok: bool = False) -> dict:
+    """The JSON object in file `path` (config.json, task.json, a manifest); a missing file ({} with
+    `missing_ok`), bad UTF-8 or JSON, or a value other than an object is an error naming the file."""
     import json
 
     path = Path(path)
     if not path.is_file():
+        if missing_ok:
+            return {}
         raise FileNotFoundError(f"{path}: not found")
     try:
         data = json.loads(read_utf8(path))

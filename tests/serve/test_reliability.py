@@ -131,7 +131,7 @@ def test_a_multipart_body_without_a_boundary_is_a_400_in_the_servers_error_shape
 
 def test_an_unclosed_string_is_one_match_to_the_end_and_its_body_a_400(clients):
     """Quotes that never close ('"\\"\\"...') were tried as a string start at every quote, each
-    try running to the end: quadratic (a 40 KB body held the event loop for 11 s). One match to the end
+    try running to the end: quadratic in the body's length, on the event loop. One match to the end
     now; the brackets after it are the string's, and json.loads says what is wrong."""
     from aiayn.serve.requests import _JSON_STRING, json_depth
 

@@ -343,7 +343,9 @@ def test_a_resume_starts_a_new_streak_and_a_new_best_metric_starts_a_new_best(tm
     assert second.state.best_score == float("-inf") and second.state.bad_validations == 0
     second.fit()
     assert second.state.best_metric == "nll" and second.state.best_step > state.step  # a best of its own metric
+    second.state.bad_updates = 3  # as a run stopped as diverged saves its streak
+    streak = second.save("ckpt_99999999")
+    assert ckpt.read_train_state(streak).bad_updates == 3
     again = trainer(max_updates=6, best_metric="nll")
-    again.state.bad_updates = 7
-    again.resume(ckpt.latest_checkpoint(tmp_path / "checkpoints"))
+    again.resume(streak)
     assert again.state.bad_updates == 0 and again.state.best_metric == "nll"

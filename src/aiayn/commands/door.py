@@ -8,8 +8,8 @@ alike, so there is one output line per input line and no output line contains a 
 
 from __future__ import annotations
 
-import contextlib
 import argparse
+import contextlib
 import sys
 from itertools import islice
 from typing import Callable, Iterator, Optional

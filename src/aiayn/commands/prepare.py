@@ -32,7 +32,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from aiayn.data import load_parallel, load_tokenizers, read_corpus, save_tokenizers
+    from aiayn.data import load_parallel, load_tokenizers, read_corpus, save_tokenizers, train_tokenizers
     from aiayn.data.registry import REGISTRY
 
     out = Path(args.out)
@@ -47,11 +47,12 @@ def run(args) -> int:
         tokenizers = load_tokenizers(out)
         print(f"using the existing vocabulary in {out} (--retrain to replace it)")
     else:
-        tokenizers = _train_vocabulary(args, read_corpus(args.corpus, split="train", **common))
+        settings = _vocabulary_settings(args)
+        train = read_corpus(args.corpus, split="train", **common)
+        tokenizers = train_tokenizers(train.src, train.tgt, **settings)
         save_tokenizers(tokenizers, out)
         kind = "joint" if tokenizers.joint else "separate"
-        print(f"trained {kind} {args.model_type or _data_defaults().vocab_type} vocabulary "
-              f"({tokenizers.src.vocab_size} pieces) -> {out}")
+        print(f"trained {kind} {settings['model_type']} vocabulary ({tokenizers.src.vocab_size} pieces) -> {out}")
     splits = args.splits or (list(REGISTRY[args.corpus].splits) if args.corpus in REGISTRY else ["train"])
     print(f"{'split':<18}{'pairs':>8}{'skipped':>9}{'src tok':>10}{'tgt tok':>10}  cache")
     for split in splits:
@@ -67,12 +68,10 @@ def _data_defaults():
     return task_class(DEFAULT_TASK).data_config  # the [data] settings of a parallel corpus
 
 
-def _train_vocabulary(args, train):
-    """The vocabulary the flags ask for; unset ones take `aiayn train`'s defaults, so that their caches agree."""
-    from aiayn.data import train_tokenizers
+def _vocabulary_settings(args) -> dict:
+    """`train_tokenizers`' settings from the flags; unset ones are `aiayn train`'s, so that their caches agree."""
     from aiayn.training.config import RunConfig
 
     data = _data_defaults()
-    return train_tokenizers(train.src, train.tgt, vocab_size=args.vocab_size or data.vocab_size,
-                            model_type=args.model_type or data.vocab_type, joint=not args.separate_vocab,
-                            seed=RunConfig.seed if args.seed is None else args.seed)
+    return dict(vocab_size=args.vocab_size or data.vocab_size, model_type=args.model_type or data.vocab_type,
+                joint=not args.separate_vocab, seed=RunConfig.seed if args.seed is None else args.seed)

@@ -30,7 +30,7 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from aiayn.io import read_json_object
+from aiayn.io import check_replaceable, read_json_object
 from aiayn.runtime import MissingExtra
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,6 @@ def _pieces(tokenizer, model_dir: Path) -> list[str]:
 
 def _check_destination(out_dir: Path, model_dir: Path) -> None:
     """Refuse to replace a non-empty directory that is not an earlier export, or the model directory."""
-    from aiayn.io import check_replaceable
-
     check_replaceable(out_dir, lambda d: (d / MANIFEST).is_file(), "an export directory", [model_dir])
 
 

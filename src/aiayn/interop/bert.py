@@ -92,7 +92,7 @@ def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
     text = read_tokenizer_json(ckpt)
     backend = Tokenizer.from_str(text)
     path = ckpt.directory / "tokenizer_config.json"
-    settings = read_json_object(path) if path.is_file() else {}
+    settings = read_json_object(path, missing_ok=True)
     specials = {}
     for key, (default, aiayn_id) in SPECIALS.items():
         token = settings.get(key) or default

@@ -18,12 +18,11 @@ weights are safetensors, configs JSON, tokenizers sentencepiece or the `tokenize
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from pathlib import Path
 
 from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file
-from aiayn.io import read_utf8
+from aiayn.io import read_json_object
 from aiayn.models import is_model_dir
 
 log = logging.getLogger(__name__)
@@ -108,8 +107,8 @@ def _family_of(model, model_dir: Path):
 def is_hf_dir(directory: Path) -> bool:
     """Whether `directory` holds a Hugging Face model: a config.json that lists its "architectures"."""
     try:
-        return isinstance(json.loads(read_utf8(directory / "config.json")).get("architectures"), list)
-    except (OSError, ValueError, AttributeError):
+        return isinstance(read_json_object(directory / "config.json").get("architectures"), list)
+    except (OSError, ValueError):
         return False
 
 

@@ -118,7 +118,7 @@ def _embeddings_apart(ckpt: Checkpoint) -> bool:
 
 def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
     d = ckpt.directory
-    settings = read_json_object(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
+    settings = read_json_object(d / "tokenizer_config.json", missing_ok=True)
     separate = bool(settings.get("separate_vocabs", False))
     vocab = read_json_object(d / "vocab.json")
     tgt_vocab = read_json_object(d / "target_vocab.json") if separate else vocab
@@ -145,8 +145,8 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     import dataclasses
 
     d = ckpt.directory
-    settings = read_json_object(d / "tokenizer_config.json") if (d / "tokenizer_config.json").is_file() else {}
-    generation = read_json_object(d / "generation_config.json") if (d / "generation_config.json").is_file() else {}
+    settings = read_json_object(d / "tokenizer_config.json", missing_ok=True)
+    generation = read_json_object(d / "generation_config.json", missing_ok=True)
     generation = {**ckpt.config, **generation}  # older opus-mt configs hold num_beams in config.json
     pair = [settings.get("source_lang"), settings.get("target_lang")]
     if not all(isinstance(x, str) and x for x in pair):

@@ -62,11 +62,10 @@ def is_model_dir(directory: str | Path) -> bool:
     """Whether `directory` holds an aiayn model (its config.json names one of MODEL_TYPES), not, say, a
     Hugging Face one, whose config.json lists its "architectures"."""
     try:
-        data = json.loads(read_utf8(Path(directory) / CONFIG_FILE))
+        read_config(directory)  # a Hugging Face model_type ("marian", "bert", ...) is not one of ours
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and "architectures" not in data and \
-        data.get(MODEL_TYPE_KEY, DEFAULT_MODEL_TYPE) in MODEL_TYPES
+    return True
 
 
 def load_model(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:

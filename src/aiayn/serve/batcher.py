@@ -225,7 +225,11 @@ class DynamicBatcher:
             self.queue.remove(request)
         if isinstance(error, Unavailable):
             self._unavailable([request], error)
-            return
+        else:
+            self._failed(request)
+
+    def _failed(self, request: _Request) -> None:
+        """Answer `request` with a bare "decoding failed" (a 500; the log holds the traceback), and count it."""
         with self.stats.lock:
             self.stats.errors += 1
         if request.pieces is not None:
@@ -357,9 +361,7 @@ class DynamicBatcher:
             _deliver_piece(r, ("error", e))
         except Exception:  # noqa: BLE001  it fails alone
             log.exception("streaming failed")
-            with self.stats.lock:
-                self.stats.errors += 1
-            _deliver_piece(r, ("error", RuntimeError("decoding failed")))
+            self._failed(r)
         finally:
             close = getattr(pieces, "close", None)
             if close is not None:
@@ -427,9 +429,7 @@ class DynamicBatcher:
                     self._decode([r])
                 return
             log.exception("decoding failed")
-            with self.stats.lock:
-                self.stats.errors += 1
-            _deliver(batch[0], error=RuntimeError("decoding failed"))
+            self._failed(batch[0])
             return
         start = 0
         for r in batch:

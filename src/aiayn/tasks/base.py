@@ -128,7 +128,7 @@ def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     if not (model_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
     path = model_dir / TASK_FILE
-    info = read_json_object(path) if path.is_file() else {}
+    info = read_json_object(path, missing_ok=True)
     from aiayn.tasks import DEFAULT_TASK
 
     found = info.get("task", DEFAULT_TASK)

@@ -192,14 +192,16 @@ def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:
     found = ckpt.list_checkpoints(run_dir / ckpt.CHECKPOINT_DIR)
     if not found:
         raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint to resume from")
-    for i, path in enumerate(reversed(found)):
+    skipped = []
+    for path in reversed(found):
         try:
             trainer.resume(path)
         except (ValueError, FileNotFoundError) as e:
             log.warning("cannot resume from %s (%s); trying the checkpoint before it", path, e)
+            skipped.append(path)
             continue
         if trainer.dist.is_main:
-            for damaged in found[len(found) - i:]:
+            for damaged in skipped:
                 aside = damaged.with_name(f"damaged-{damaged.name}")
                 shutil.rmtree(aside, ignore_errors=True)  # one of an earlier fallback
                 os.replace(damaged, aside)

@@ -296,7 +296,8 @@ class Trainer:
         return valid
 
     def _weights_finite(self) -> bool:
-        return all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+        """One host sync for all parameters (on a GPU, one per parameter would be a sync each)."""
+        return bool(torch.stack([torch.isfinite(p).all() for p in self.model.parameters()]).all())
 
     def finished(self) -> Optional[str]:
         """Why a resumed run has nothing left to do (its budget is spent), or None. All ranks must call."""
