@@ -101,7 +101,8 @@ class TransformerConfig(RecurrenceOptions):
     """Model hyper-parameters. Defaults are the paper's base model (Table 3).
 
     `share_embeddings=None` resolves to True when the source and target vocabularies
-    are one joint vocabulary (equal sizes), as in §3.4; False otherwise.
+    are of equal size, as a joint vocabulary is (§3.4); False otherwise. Sizes are all a config
+    sees: a task with two vocabularies of equal size turns it off (`tasks.seq2seq.apart`).
     """
 
     src_vocab_size: int = 37000

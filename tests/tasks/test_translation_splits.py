@@ -34,3 +34,24 @@ def test_one_tsv_file_trains_without_validation_and_test_splits(tmp_path):
                                               'data.valid_split=""', 'data.test_split=""']))
     task.prepare(tmp_path / "run", SINGLE)
     assert len(task.train_set) == 30 and task.valid_set is None
+
+
+def separate_vocabularies(tmp_path, *settings):
+    """A task whose source and target have vocabularies of their own, of equal size (the symbols of
+    "a b i" and "b a i"), as sentencepiece makes them with `data.joint_vocab = false`."""
+    task = TranslationTask(load_config(None, [*SETTINGS, f'data.corpus="{tsv_corpus(tmp_path)}"', "data.joint_vocab=false",
+                                              'data.valid_split=""', 'data.test_split=""', *settings]))
+    task.prepare(tmp_path / "run", SINGLE)
+    assert not task.tokenizers.joint and task.tokenizers.src.vocab_size == task.tokenizers.tgt.vocab_size
+    return task
+
+
+def test_vocabularies_apart_of_equal_size_share_no_embedding(tmp_path):
+    assert not separate_vocabularies(tmp_path).model_spec()[1].share_embeddings  # equal sizes once meant joint
+
+
+@pytest.mark.parametrize("key", ["copy_attention", "share_embeddings"])
+def test_vocabularies_apart_refuse_what_needs_a_joint_one(tmp_path, key):
+    task = separate_vocabularies(tmp_path, f"model.{key}=true")
+    with pytest.raises(ValueError, match=f"model.{key} = true needs a joint vocabulary"):
+        task.model_spec()

@@ -184,7 +184,9 @@ class Seq2SeqTask:
 
     def model_spec(self):
         """`[model] type`: the encoder-decoder (default) or another sequence-to-sequence model, e.g. "rnn"."""
-        return self.cfg.model.type, self.cfg.model.build(self.tokenizers.src.vocab_size, self.tokenizers.tgt.vocab_size)
+        pair = self.tokenizers
+        config = self.cfg.model.build(pair.src.vocab_size, pair.tgt.vocab_size)
+        return self.cfg.model.type, config if pair.joint else apart(config, dict(self.cfg.model.overrides))
 
     def train_data(self, dist: DistInfo) -> Callable[[int], LazyBatches]:
         """epoch -> this rank's deterministic batches; `max_tokens` bounds src.numel() + tgt_in.numel()."""
@@ -446,3 +448,18 @@ def translator_options(info: dict, model_dir: str | Path) -> dict:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{Path(model_dir) / TASK_FILE}: bad decode settings ({e})") from None
     return options
+
+
+def apart(config, overrides: dict):
+    """`config` for a source and a target vocabulary of their own (`data.joint_vocab = false`, or a
+    `data.tokenizer` with one per side), which may be equal in size (sentencepiece fills each side
+    to `data.vocab_size`): one embedding matrix would give a German and an English piece one vector
+    (§3.4 shares it only for a joint vocabulary), and copy attention would copy a source id as the
+    target piece of that number. Refused where asked for, unshared where only defaulted."""
+    for key in ("share_embeddings", "copy_attention"):
+        if overrides.get(key):
+            raise ValueError(f"model.{key} = true needs a joint vocabulary, and this run's source and target "
+                             "vocabularies are apart (data.joint_vocab = false, or data.tokenizer's)")
+    shared = getattr(config, "share_embeddings", False)
+    return dataclasses.replace(config, share_embeddings=False) if shared else config
+
