@@ -1,4 +1,5 @@
 import dataclasses
+import math
 
 import pytest
 
@@ -112,3 +113,22 @@ def test_a_language_model_holds_out_some_text():
 
     with pytest.raises(ConfigError, match="data.valid_fraction must be above 0"):
         load_config(None, ['task="lm"', "data.valid_fraction=0.0", "train.max_updates=1"])
+
+
+@pytest.mark.parametrize("cls, kwargs, message", [
+    (DecodeConfig, {"max_len_a": math.inf}, "max_len_a must be a finite number"),  # cast to a length, it became 1
+    (DecodeConfig, {"length_penalty": math.inf}, "length_penalty must be a finite number"),
+    (TransformerConfig, {"layer_norm_eps": math.inf}, "layer_norm_eps must be a finite number"),
+    (TransformerConfig, {"ponder_cost": math.inf}, "ponder_cost must be a finite number"),
+    (DecodeConfig, {"beam_size": True}, "beam_size must be an integer, got True"),
+    (DecodeConfig, {"beam_size": 2.5}, "beam_size must be an integer, got 2.5"),
+    (SamplingConfig, {"top_k": 1.5}, "top_k must be an integer"),
+    (OptimConfig, {"warmup_steps": True}, "warmup_steps must be an integer"),
+    (TransformerConfig, {"norm_first": "false"}, "norm_first must be true or false"),  # a truthy string: pre-norm
+    (TransformerConfig, {"d_model": 512.0}, "d_model must be an integer"),
+])
+def test_values_a_recipe_could_not_hold_are_refused_from_python_too(cls, kwargs, message):
+    """The type and range checks of a recipe hold for a config built in Python or from a hand-edited
+    config.json, not only at the TOML boundary."""
+    with pytest.raises(ConfigError, match=message):
+        cls(**kwargs)

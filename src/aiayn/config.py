@@ -77,7 +77,7 @@ class RecurrenceOptions:
         check_choice("recurrence", self.recurrence, RECURRENCES)
         check_choice("halting", self.halting, HALTINGS)
         _check(self.depth_steps >= 0, f"depth_steps must be >= 0, got {self.depth_steps}")
-        _check(self.ponder_cost >= 0, f"ponder_cost must be >= 0, got {self.ponder_cost}")
+        _check(0 <= self.ponder_cost < math.inf, f"ponder_cost must be a finite number >= 0, got {self.ponder_cost}")
         _check(self.halting == "none" or self.recurrence == "universal",
                "halting = 'act' needs recurrence = 'universal': it halts the steps of a shared layer")
         _check(self.recurrence == "universal" or self.depth_steps == 0,
@@ -132,6 +132,7 @@ class TransformerConfig(RecurrenceOptions):
     scale_embeddings: bool = True  # §3.4: embeddings times sqrt(d_model)
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         if self.tgt_vocab_size is None:
             object.__setattr__(self, "tgt_vocab_size", self.src_vocab_size)
         if self.share_embeddings is None:
@@ -231,6 +232,7 @@ class OptimConfig:
     weight_decay: float = 0.0  # decoupled, as AdamW (training.schedule.adam)
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         _check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
                f"betas must be two numbers in [0, 1), got {self.betas}")
@@ -260,12 +262,14 @@ class DecodeConfig:
     no_repeat_ngram_size: int = 0  # n > 0: no n-gram twice in an output (fairseq, Hugging Face); not in the paper
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         _check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
         _check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
-        _check(self.length_penalty >= 0, f"length_penalty must be >= 0, got {self.length_penalty}")
+        _check(0 <= self.length_penalty < math.inf, f"length_penalty must be a finite number >= 0, got {self.length_penalty}")
         _check(self.length_penalty_form in ("gnmt", "plain"),
                f"length_penalty_form must be 'gnmt' or 'plain', got {self.length_penalty_form!r}")
-        _check(self.max_len_a >= 0 and self.max_len_b >= 0, "max_len_a and max_len_b must be >= 0")
+        _check(0 <= self.max_len_a < math.inf, f"max_len_a must be a finite number >= 0, got {self.max_len_a}")
+        _check(self.max_len_b >= 0, f"max_len_b must be >= 0, got {self.max_len_b}")
         _check(self.min_len >= 0, f"min_len must be >= 0, got {self.min_len}")
         _check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
         _check(1 <= self.nbest <= self.beam_size,
@@ -283,6 +287,7 @@ class SamplingConfig:
     seed: Optional[int] = None  # None: torch's global generator
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         _check(math.isfinite(self.temperature) and self.temperature > 0,
                f"temperature must be a finite number > 0, got {self.temperature}")
         _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
@@ -294,13 +299,13 @@ class SamplingConfig:
 
 def check_layer_options(cfg: Any) -> None:
     """What every model config built of `aiayn.modules.layers` must hold: dropout rates in [0, 1),
-    a known attention score and activation, a positive layer-norm ε."""
+    a known attention score and activation, a finite positive layer-norm ε."""
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         p = getattr(cfg, name)
         _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
     check_choice("attention_score", cfg.attention_score, ATTENTION_SCORES)
     check_choice("activation", cfg.activation, ACTIVATIONS)
-    _check(cfg.layer_norm_eps > 0, f"layer_norm_eps must be positive, got {cfg.layer_norm_eps}")
+    _check(0 < cfg.layer_norm_eps < math.inf, f"layer_norm_eps must be a finite number > 0, got {cfg.layer_norm_eps}")
 
 
 def check_sampling_use(method: str, given: Iterable[str]) -> None:

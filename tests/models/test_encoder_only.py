@@ -130,7 +130,7 @@ def test_mean_pooling_reads_cls_and_the_real_tokens_only():
     ({"attention_score": "dott"}, "attention_score must be one of"),
     ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
     ({"attention_dropout": -0.1}, r"attention_dropout must be in \[0, 1\)"),
-    ({"layer_norm_eps": 0.0}, "layer_norm_eps must be positive"),
+    ({"layer_norm_eps": 0.0}, "layer_norm_eps must be a finite number > 0"),
     ({"pooler": True}, "needs n_classes > 0"),
     ({"input": "patches", "patch_dim": 12, "positional": "learned", "logits_bias": True}, "MLM head"),
 ])

@@ -74,6 +74,7 @@ def test_a_config_file_that_is_not_utf8_names_its_line(tmp_path):
     (GOOD, ["model.heads=4"], r"unknown model key\(s\): heads \(did you mean n_heads\?\)"),
     (GOOD, ["model.src_vocab_size=4"], "set from the tokenizer"),
     (GOOD, ["model.preset=huge"], "unknown preset 'huge'"),
+    (GOOD, ['model.type="encoder-only"'], "model.preset = 'tiny': model type 'encoder-only' has no presets"),
     (GOOD, ["train.precision=fp8"], "train.precision must be one of fp32, bf16, fp16"),
     (GOOD, ["train.max_updates=0"], "set at least one of train.max_updates"),
     (GOOD, ["train.update_freq=0"], "train.update_freq must be >= 1"),
@@ -146,3 +147,10 @@ def test_precision_auto_is_bf16_exactly_where_the_device_multiplies_bf16_nativel
     assert not runtime.native_bf16("cpu") and runtime.resolve_precision("auto", "cpu") == "fp32"
     assert runtime.resolve_precision("fp16", "cpu") == "fp16"  # others pass through
     assert RunConfig(precision="auto", max_updates=1).precision == "auto"
+
+
+def test_a_model_type_without_presets_saves_none():
+    from aiayn.training.config import ModelSpec
+
+    assert "preset" not in ModelSpec(type="rnn").to_dict()  # its run's config.toml says nothing it ignores
+    assert ModelSpec(preset="small").to_dict()["preset"] == "small"

@@ -60,7 +60,8 @@ class ModelConfig:
     @classmethod
     def for_vocab(cls, preset: str, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> Any:
         """The config for vocabularies of these sizes (a recipe's `[model]`; the preset names the
-        encoder-decoder's sizes and is ignored elsewhere). A model of one vocabulary takes `src_vocab_size`."""
+        encoder-decoder's sizes, and `ModelSpec` refuses one for other types). A model of one
+        vocabulary takes `src_vocab_size`."""
         names = {f.name for f in dataclasses.fields(cls)}
         sizes = {"vocab_size": src_vocab_size} if "vocab_size" in names else {
             "src_vocab_size": src_vocab_size, "tgt_vocab_size": tgt_vocab_size}

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, ConfigError, check_layer_options, training_only
+from aiayn.config import PAD_ID, ConfigError, check_layer_options, check_types, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.dropout import Dropout
@@ -55,6 +55,7 @@ class DecoderOnlyConfig(ModelConfig):
     logits_bias: bool = False  # a bias (V,) added to the output logits
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         self.check_positive("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import (BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_layer_options,
-                          training_only)
+                          check_types, training_only)
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.dropout import Dropout
@@ -75,6 +75,7 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
     pooler: bool = False  # the classifier reads tanh(dense([CLS] state)), BERT's pooler, not the state
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         self.check_positive("d_model", "n_heads", "n_layers", "d_ff", "max_positions")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")

@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, UNK_ID, ConfigError, training_only
+from aiayn.config import PAD_ID, UNK_ID, ConfigError, check_types, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.dropout import Dropout
 
@@ -50,6 +50,7 @@ class RNNConfig(ModelConfig):
     max_positions: int = 1024  # the longest source a Translator passes (there is no position table)
 
     def __post_init__(self) -> None:
+        check_types(type(self), vars(self))
         if self.tgt_vocab_size is None:
             object.__setattr__(self, "tgt_vocab_size", self.src_vocab_size)
         self.check_positive("src_vocab_size", "tgt_vocab_size", "embed_dim", "hidden_size", "encoder_layers",

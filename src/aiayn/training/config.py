@@ -57,7 +57,17 @@ class ModelSpec:
         for key in ("src_vocab_size", "tgt_vocab_size", "vocab_size"):
             _check(key not in dict(self.overrides),
                    f"model.{key} is set from the tokenizer; set data.vocab_size instead")
+        _check(self.preset == ModelSpec.preset or self.has_presets,
+               f"model.preset = {self.preset!r}: model type {self.type!r} has no presets (they are the "
+               "encoder-decoder's sizes); set its fields instead")
         self.build(64, 64 if dict(self.overrides).get("share_embeddings", True) is not False else 65)
+
+    @property
+    def has_presets(self) -> bool:
+        """Whether the type's config has named sizes (`TransformerConfig.preset`)."""
+        from aiayn.models import model_class
+
+        return callable(getattr(model_class(self.type).config_class, "preset", None))
 
     def build(self, src_vocab_size: int, tgt_vocab_size: int):
         """The model config (`TransformerConfig`, `RNNConfig`, ...) for these vocabulary sizes."""
@@ -72,7 +82,7 @@ class ModelSpec:
         return config_class.for_vocab(self.preset, src_vocab_size, tgt_vocab_size, **dict(self.overrides))
 
     def to_dict(self) -> dict:
-        return {"type": self.type, "preset": self.preset, **dict(self.overrides)}
+        return {"type": self.type, **({"preset": self.preset} if self.has_presets else {}), **dict(self.overrides)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelSpec":
