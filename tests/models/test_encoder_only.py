@@ -137,3 +137,15 @@ def test_mean_pooling_reads_cls_and_the_real_tokens_only():
 def test_config_refuses_what_the_layers_or_heads_cannot_use(bad, message):
     with pytest.raises(ConfigError, match=message):
         EncoderOnlyConfig(**bad)
+
+
+def test_a_vocabulary_without_room_for_the_special_ids_is_refused():
+    """vocab_size 1 built and then failed at the first [CLS] (id 1); a decoder-only model of 2 ids generated
+    padding, every other id banned."""
+    from aiayn.models import DecoderOnlyConfig
+
+    with pytest.raises(ConfigError, match="vocab_size must hold the 4 special ids, got 1"):
+        EncoderOnlyConfig(vocab_size=1)
+    with pytest.raises(ConfigError, match="vocab_size must hold the 4 special ids, got 2"):
+        DecoderOnlyConfig(vocab_size=2)
+    assert EncoderOnlyConfig(vocab_size=1, input="patches", patch_dim=4, positional="learned")  # patches have no vocabulary

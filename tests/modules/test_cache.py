@@ -77,3 +77,17 @@ def test_reorder_in_place_equals_a_gather(rows):
     expected = [c.self_k[0][:, :, :3][rows].clone(), c.self_v[0][:, :, :3][rows].clone()]
     c.reorder_(rows)
     torch.testing.assert_close([c.self_k[0][:, :, :3], c.self_v[0][:, :, :3]], expected)
+
+
+def test_concat_stacks_a_shared_layers_sources_once():
+    """A universal stack's steps share one layer, so one (K, V) pair of the source: dropping a row or adding
+    a sentence keeps them one pair, not a copy per step; layers of their own stay apart."""
+    k, v = torch.randn(2, 1, 3, 2), torch.randn(2, 1, 3, 2)
+    shared = KVCache([(k, v)] * 3, torch.ones(2, 3, dtype=torch.bool), 4)
+    new = KVCache([(torch.randn(1, 1, 5, 2), torch.randn(1, 1, 5, 2))] * 3, torch.ones(1, 5, dtype=torch.bool), 4)
+    for joined in (concat(shared, rows=torch.tensor([1])), concat(shared, new)):
+        assert all(kl is joined.cross_k[0] and vl is joined.cross_v[0] for kl, vl in zip(joined.cross_k, joined.cross_v))
+    assert torch.equal(concat(shared, rows=torch.tensor([1])).cross_k[2], k[1:])
+    own = KVCache([(torch.randn(2, 1, 3, 2), torch.randn(2, 1, 3, 2)) for _ in range(2)], shared.src_mask, 4)
+    apart = concat(own, rows=torch.tensor([1]))
+    assert apart.cross_k[0] is not apart.cross_k[1] and torch.equal(apart.cross_k[1], own.cross_k[1][1:])

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, ConfigError, check_layer_options, check_types, training_only
+from aiayn.config import PAD_ID, UNK_ID, ConfigError, check_layer_options, check_types, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.dropout import Dropout
@@ -59,6 +59,8 @@ class DecoderOnlyConfig(ModelConfig):
         self.check_positive("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions")
         if self.d_model % self.n_heads:
             raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.vocab_size <= UNK_ID:
+            raise ConfigError(f"vocab_size must hold the {UNK_ID + 1} special ids, got {self.vocab_size}")
         if self.positional not in ("learned", "sinusoidal"):
             raise ConfigError(f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}")
         check_layer_options(self)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import (BOS_ID, PAD_ID, ConfigError, RecurrenceOptions, check_layer_options,
+from aiayn.config import (BOS_ID, PAD_ID, UNK_ID, ConfigError, RecurrenceOptions, check_layer_options,
                           check_types, training_only)
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
@@ -83,6 +83,8 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
             raise ConfigError(f"input must be 'tokens' or 'patches', got {self.input!r}")
         if self.input == "patches" and (self.patch_dim <= 0 or self.positional != "learned"):
             raise ConfigError("input = 'patches' needs patch_dim > 0 and learned positions")
+        if self.input == "tokens" and self.vocab_size <= UNK_ID:
+            raise ConfigError(f"vocab_size must hold the {UNK_ID + 1} special ids, got {self.vocab_size}")
         if self.n_classes < 0:
             raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
         if self.pooling not in ("cls", "mean"):

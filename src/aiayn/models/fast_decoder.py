@@ -91,7 +91,8 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
     always the fused kernel, which scores in fp32: bf16 scores from a matmul would make a sentence's
     output depend on how many others share its batch (the switch at 32). The padding of a batch's longer
     sources still moves bf16 results at bf16's rounding (about 1e-2: now and then a near-tie flips a
-    token), as in any half-precision decoder; fp32 results do not depend on the batch."""
+    token), as in any half-precision decoder. fp32 results move with the batch at fp32's rounding only
+    (this switch and the matmul layouts differ with the row count: about 1e-6 in a logit)."""
     n, H, Tq, Dh = q.shape
     if n * H < 32 or q.device.type != "cpu" or q.dtype != torch.float32:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

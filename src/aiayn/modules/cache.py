@@ -210,8 +210,7 @@ def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, hea
     S = max(c.src_mask.shape[1] for c, *_ in parts)
     group, sources = _groups([(c, r) for c, r, *_ in parts])
     src_mask = _stack([(c.src_mask, r) for c, r in sources], 1, S)
-    cross_kv = [(_stack([(c.cross_k[i], r) for c, r in sources], 2, S),
-                 _stack([(c.cross_v[i], r) for c, r in sources], 2, S)) for i in range(len(a.cross_k))]
+    cross_kv = _stack_cross(sources, len(a.cross_k), S)
     copy_source = None if a.copy_k is None else (_stack([(c.copy_k, r) for c, r in sources], 2, S),
                                                  _stack([(c.src_ids, r) for c, r in sources], 1, S))
     n = lambda c, r: c.batch_size if r is None else r.numel()  # noqa: E731
@@ -269,6 +268,21 @@ def _stack(parts: list[tuple[Tensor, Tensor | None]], dim: int, size: int) -> Te
         _rows_of(t, r, block.narrow(dim, 0, t.shape[dim]))
         block.narrow(dim, t.shape[dim], size - t.shape[dim]).zero_()
         begin += n
+    return out
+
+
+def _stack_cross(sources: list[tuple[KVCache, Tensor | None]], layers: int, S: int) -> list[tuple[Tensor, Tensor]]:
+    """Each layer's cross-attention keys and values of the chosen rows, stacked as `_stack` does. Layers
+    that hold the same tensors in every source (a universal stack's one layer, step after step) share
+    one stacked pair, as they shared the source's."""
+    stacked: dict[tuple[int, ...], tuple[Tensor, Tensor]] = {}
+    out = []
+    for i in range(layers):
+        key = tuple(id(t) for c, _ in sources for t in (c.cross_k[i], c.cross_v[i]))
+        if key not in stacked:
+            stacked[key] = (_stack([(c.cross_k[i], r) for c, r in sources], 2, S),
+                            _stack([(c.cross_v[i], r) for c, r in sources], 2, S))
+        out.append(stacked[key])
     return out
 
 
