@@ -67,14 +67,20 @@ def test_train_is_deterministic():
 
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_the_vocabulary_does_not_depend_on_the_machines_cores(monkeypatch, model_type):
-    """The unigram trainer's pieces, and any model's saved thread count, follow its threads."""
+    """The unigram trainer's pieces, and any model's saved thread count, follow its threads: a fixed
+    count, whatever the machine has (read when training, not when the module was imported)."""
     import os
 
-    trained = []
+    import sentencepiece as spm
+
+    from aiayn.data.tokenizer import TRAIN_THREADS
+
+    trained, threads, train = [], [], spm.SentencePieceTrainer.train
+    monkeypatch.setattr(spm.SentencePieceTrainer, "train", lambda **kw: threads.append(kw["num_threads"]) or train(**kw))
     for cores in (1, 4):
         monkeypatch.setattr(os, "cpu_count", lambda: cores)
         trained.append(SentencePieceTokenizer.train(_small_corpus(), vocab_size=400, model_type=model_type).serialize())
-    assert trained[0] == trained[1]
+    assert trained[0] == trained[1] and threads == [TRAIN_THREADS] * 2
 
 
 def test_training_files_are_read_as_corpora_are(tmp_path):

@@ -62,7 +62,7 @@ def test_nbest_with_scores(model_dir):
 def test_sampling_is_seeded(model_dir):
     tr = Translator.from_pretrained(model_dir)
     run = lambda seed: tr.translate(SENTENCES, method="sample", seed=seed, max_len_b=6)  # noqa: E731
-    assert run(1) == run(1)
+    assert run(1) == run(1) and run(1) != run(2)  # the seed is used, not a fixed one
 
 
 class FakeTranslationModel(FakeModel):

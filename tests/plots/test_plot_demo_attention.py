@@ -10,7 +10,7 @@ from plot_helpers import assert_picture
 
 @pytest.mark.slow
 def test_reverse_task_cross_attention_is_anti_diagonal(tmp_path):
-    demo = pytest.importorskip("aiayn.commands.demo")
+    from aiayn.commands import demo
     result = demo.run_demo(tmp_path, ['data.task="reverse"'])
     sentence = "a b c d e f g h"
     maps = load_pipeline(result.model_dir).attention(sentence)

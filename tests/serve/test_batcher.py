@@ -36,18 +36,26 @@ def test_concurrent_requests_are_batched_and_answered_in_order():
     batcher.close()
 
 
+def recording(calls: list):
+    """`upper`, noting each call's (texts, options)."""
+    return lambda texts, options: calls.append((list(texts), options)) or upper(texts, options)
+
+
 def test_requests_with_other_options_are_not_mixed():
-    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=50))
+    calls: list = []  # a minute's wait: each options' two requests make a full batch, nothing else ends one
+    batcher = DynamicBatcher(recording(calls), BatchConfig(max_batch=2, max_wait_ms=60_000))
 
     async def main():
-        return await asyncio.gather(batcher.submit(["a"], "!"), batcher.submit(["b"], "?"), batcher.submit(["c"], "!"))
+        return await asyncio.gather(*(batcher.submit([t], o) for t, o in zip("abcd", "!?!?")))
 
-    assert run(main()) == [["A!"], ["B?"], ["C!"]]
+    assert run(main()) == [["A!"], ["B?"], ["C!"], ["D?"]]
+    assert sorted(calls) == [(["a", "c"], "!"), (["b", "d"], "?")]  # batched, and by their options
     batcher.close()
 
 
 def test_a_failing_request_fails_alone():
-    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=50))
+    calls: list = []  # the three fill a batch (a minute's wait: only a full one ends it), then one by one
+    batcher = DynamicBatcher(recording(calls), BatchConfig(max_batch=3, max_wait_ms=60_000))
 
     async def main():
         return await asyncio.gather(batcher.submit(["ok"]), batcher.submit(["boom"]), batcher.submit(["fine"]),
@@ -55,6 +63,7 @@ def test_a_failing_request_fails_alone():
 
     good, bad, fine = run(main())
     assert good == ["OK"] and fine == ["FINE"] and isinstance(bad, RuntimeError) and str(bad) == "decoding failed"  # no internals leak
+    assert calls[0] == (["ok", "boom", "fine"], None)  # they shared a decode call, which failed as a whole
     assert batcher.stats.snapshot(0)["errors"] == 1
     batcher.close()
 

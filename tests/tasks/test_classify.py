@@ -2,9 +2,11 @@
 and a learning check through `aiayn train` and `aiayn classify`."""
 
 import pytest
+import torch
 
 from aiayn.cli import main
 from aiayn.data.corpus import CorpusError
+from aiayn.models import load_model
 from aiayn.tasks.classify import Classifier, ClassifyTask, carve, read_labelled, word_spans
 from aiayn.training.config import load_config
 
@@ -96,9 +98,13 @@ def test_a_classifier_learns_a_separable_task_from_an_mlm_start(tmp_path, capsys
     assert main(["train", str(recipe), "--set", 'task="mlm"', "--run-dir", str(tmp_path / "mlm"), *common,
                  "--set", "train.max_updates=20"]) == 0
     capsys.readouterr()
-    assert main(["train", str(recipe), "--set", 'task="classify"', "--run-dir", str(tmp_path / "cls"), *common,
-                 "--set", f'train.init_from="{tmp_path / "mlm" / "model"}"',
-                 "--set", f'data.tokenizer="{tmp_path / "mlm" / "model"}"']) == 0
+    start = ["--set", f'train.init_from="{tmp_path / "mlm" / "model"}"', "--set", f'data.tokenizer="{tmp_path / "mlm" / "model"}"']
+    assert main(["train", str(recipe), "--set", 'task="classify"', "--run-dir", str(tmp_path / "cls0"), *common, *start,
+                 "--set", "train.max_updates=1", "--set", "optim.lr_factor=1e-12"]) == 0  # one update that moves nothing
+    mlm, first = (load_model(tmp_path / run / "model").state_dict() for run in ("mlm", "cls0"))
+    shared = [name for name in first if name in mlm]
+    assert len(shared) > 20 and all(torch.allclose(first[n], mlm[n], atol=1e-6) for n in shared)  # the MLM's weights
+    assert main(["train", str(recipe), "--set", 'task="classify"', "--run-dir", str(tmp_path / "cls"), *common, *start]) == 0
     model = str(tmp_path / "cls" / "model")
     texts = ["the good film", "a bad plot", "music story good actor", "bad"]
     assert [label for label, _ in Classifier.from_pretrained(model).classify(texts)] == ["1", "0", "1", "0"]

@@ -154,3 +154,31 @@ def test_a_model_type_without_presets_saves_none():
 
     assert "preset" not in ModelSpec(type="rnn").to_dict()  # its run's config.toml says nothing it ignores
     assert ModelSpec(preset="small").to_dict()["preset"] == "small"
+
+
+@pytest.mark.parametrize("directory", ["3", "true", "inf", "2024-01-01", '"a"', 'runs/a "b" \\ c', "runs/é"])
+def test_a_path_flag_is_taken_as_given(directory):
+    """--run-dir, --resume and the demo's --output are strings, not TOML values: "3" was an integer,
+    "2024-01-01" a date, and '"a"' lost its quotes."""
+    from aiayn.training.config import string_override
+
+    assert load_config(None, ["train.max_updates=1", string_override("train.run_dir", directory)]).train.run_dir == directory
+
+
+def test_a_best_metric_validation_cannot_give_is_refused_when_loaded():
+    """A typo was found at the first validation, validate_every updates in."""
+    with pytest.raises(ConfigError, match=r"train.best_metric = 'blue': task 'translation' validates nll, loss, ppl, "
+                                          r"bleu \(did you mean train.best_metric = bleu\?\)"):
+        load_config(None, ["train.max_updates=1", "train.best_metric=blue"])
+
+
+@pytest.mark.parametrize("task", ["translation", "summarization", "qa"])
+def test_each_text_task_declares_the_metrics_it_validates(task):
+    """`metrics` (what train.best_metric may name) holds every name `scores` gives: bAbI's groups too."""
+    from aiayn.tasks import build_task
+    from aiayn.tasks.seq2seq import Examples
+
+    built = build_task(load_config(None, [f'task="{task}"', "train.max_updates=1"]))
+    given = built.scores(["a b", "c"], Examples(["x", "y"], [["a b"], ["d"]], groups=[1, 2]))
+    assert given and set(given) <= set(built.metrics)
+    assert all(load_config(None, [f'task="{task}"', "train.max_updates=1", f'train.best_metric="{m}"']) for m in given)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -67,7 +68,7 @@ def config(tmp_path, corpus_dir, run_dir, test="", overrides=()):
 def test_1_a_fresh_start_never_reuses_a_stale_vocabulary(tmp_path):
     run_dir = tmp_path / "run"
     x = corpus(tmp_path / "x", "abc", splits=("train",))  # no val split: the first start fails after the vocabulary
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{x / 'val.x'}[.gz]: file not found (split 'val'")):
         train(config(tmp_path, x, run_dir))
     assert "a" in load_tokenizers(run_dir / "tokenizer").src.pieces(range(4, 7))
     y = corpus(tmp_path / "y", "klm")
@@ -196,7 +197,7 @@ def test_6_an_empty_run_dir_is_an_error():
 
 def test_11_a_missing_test_split_is_reported_before_training(tmp_path):
     run_dir = tmp_path / "run"
-    with pytest.raises(FileNotFoundError, match="test"):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'c' / 'test.x'}[.gz]: file not found (split 'test'")):
         train(config(tmp_path, corpus(tmp_path / "c", "abcd"), run_dir, test="test"))
     assert not (run_dir / "checkpoints").exists()
 
@@ -222,10 +223,15 @@ def test_11_resuming_with_another_world_size_warns(tmp_path, caplog):
     assert "written by 2 process(es) and is resumed by 1" in caplog.text
 
 
+def newest_update(run_dir: Path) -> int:
+    latest = ckpt.latest_checkpoint(run_dir / "checkpoints")
+    return int(latest.name.removeprefix("ckpt_")) if latest else 0
+
+
 @pytest.mark.slow
 def test_kill_9_at_random_moments_then_resume_is_bit_identical(tmp_path):
-    """A tiny run killed (SIGKILL) at 10 random moments and resumed each time ends with the
-    weights of an uninterrupted run, bit for bit."""
+    """A tiny run killed (SIGKILL) at 10 random moments of its training and resumed each time ends with
+    the weights of an uninterrupted run, bit for bit."""
     c = corpus(tmp_path / "c", "abcdefgh")
     overrides = ["train.max_updates=40", "train.save_every_updates=2", "train.validate_every=0",
                  "model.dropout=0.1"]
@@ -237,12 +243,18 @@ def test_kill_9_at_random_moments_then_resume_is_bit_identical(tmp_path):
     start = [sys.executable, "-m", "aiayn", "train", str(recipe), *sum((["--set", o] for o in overrides), [])]
     assert subprocess.run([*start, "--run-dir", str(straight)], env=env, capture_output=True).returncode == 0
     resume = [sys.executable, "-m", "aiayn", "train", "--resume", str(run_dir)]
+    left = []  # the update of the newest checkpoint after each kill
     for i in range(10):
-        cmd = resume if ckpt.latest_checkpoint(run_dir / "checkpoints") else start
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        time.sleep(rng.uniform(1.0, 4.0))
+        before = newest_update(run_dir)
+        proc = subprocess.Popen(resume if before else start, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 120  # a hang guard
+        while proc.poll() is None and newest_update(run_dir) <= before and time.monotonic() < deadline:
+            time.sleep(0.02)  # killed once it trains, not while Python starts (a timer alone killed only starts)
+        time.sleep(rng.uniform(0.0, 0.3))  # then at a random moment: in an update, a save or a validation
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        left.append(newest_update(run_dir))
+    assert sum(0 < update < 40 for update in left) >= 5, f"kills mid-training: {left}"  # resumed from the middle
     cmd = resume if ckpt.latest_checkpoint(run_dir / "checkpoints") else start
     assert subprocess.run(cmd, env=env, capture_output=True).returncode == 0
     a, b = load_model(straight / "model"), load_model(run_dir / "model")

@@ -26,12 +26,12 @@ class DemoResult:
 
 def demo_config(out_dir: str | Path, overrides: Sequence[str] = ()):
     """The recipe's `TrainConfig`, with `--set` overrides, training into `out_dir`."""
-    from aiayn.training.config import load_config
+    from aiayn.training.config import load_config, string_override
 
     if any(o.strip().startswith("train.run_dir") for o in overrides):
         raise ValueError("--set train.run_dir: the demo trains into --output")
 
-    return load_config(RECIPE, [*overrides, f"train.run_dir={out_dir}"])
+    return load_config(RECIPE, [*overrides, string_override("train.run_dir", out_dir)])
 
 
 def run_demo(out_dir: str | Path, overrides: Sequence[str] = (), n_test: int = N_TEST,
@@ -80,9 +80,10 @@ def run(args) -> int:
     from aiayn.commands.train import progress_bar
     from aiayn.plots import save_png
     from aiayn.tasks import load_pipeline
+    from aiayn.training.config import string_override
 
     flags = {"data.task": args.task, "train.max_updates": args.updates, "train.seed": args.seed}
-    overrides = [f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in flags.items() if v is not None]
+    overrides = [string_override(k, v) if isinstance(v, str) else f"{k}={v}" for k, v in flags.items() if v is not None]
     overrides += args.overrides
     cfg = demo_config(args.output, overrides)
     with progress_bar(cfg) as bar:

@@ -42,13 +42,11 @@ FAMILY = (
 
 def _recipe_model(name: str, vocab: int, extra: dict) -> tuple[str, int, int, str]:
     """(model_type, parameters, width, layers) of a shipped recipe's model."""
-    import dataclasses
-
     from aiayn.commands.demo import RECIPE
     from aiayn.models import build_model
     from aiayn.training.config import load_config
 
     spec = load_config(RECIPE.parent / f"{name}.toml").model
-    config = dataclasses.replace(spec.build(vocab, vocab), **extra)
+    config = spec.build(vocab, vocab, **extra)
     model = build_model(spec.type, config)
     return spec.type, model.num_parameters(), config.width, config.depth

@@ -53,11 +53,11 @@ def run(args) -> int:
     from aiayn.runtime import keep_freed_memory
 
     keep_freed_memory()  # before the first large tensor: see its docstring
-    from aiayn.training.config import load_config
+    from aiayn.training.config import load_config, string_override
     from aiayn.training.pipeline import evaluate_test, resume_config, train
     from aiayn.training.trainer import TrainingDiverged
 
-    overrides = list(args.overrides) + ([f"train.run_dir={args.run_dir}"] if args.run_dir else [])
+    overrides = list(args.overrides) + ([string_override("train.run_dir", args.run_dir)] if args.run_dir else [])
     if args.resume:
         if args.config:
             raise ValueError("give either CONFIG or --resume RUN_DIR, not both")

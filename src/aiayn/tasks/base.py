@@ -39,6 +39,7 @@ class Task(Protocol):
     data_config: type  # the frozen dataclass of the recipe's [data] section for this task
     pipeline: type  # its inference door (`aiayn.tasks.pipeline.Pipeline`), built from a model directory
     tokenizers: Any  # the run's `TokenizerPair` once prepared (`train.init_from` compares it); None without text
+    metrics: tuple[str, ...]  # what `validate` may report besides nll, loss and ppl (train.best_metric's choices)
 
     # -- data: how examples are read and batched ------------------------------------------
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:

@@ -234,6 +234,7 @@ def refuse_options(task: str, options: dict) -> None:
 
 class ClassifyTask:
     name = "classify"
+    metrics = ("accuracy",)
     data_config = ClassifyData
     pipeline = Classifier
     unused_parameters = True  # the encoder-only model's other head gets no gradient (`distributed.wrap_ddp`)
@@ -308,10 +309,8 @@ class ClassifyTask:
 
     def model_spec(self):
         """`[model] type = "encoder-only"`, with a head for the labels."""
-        import dataclasses
-
         size = self.tokenizers.src.vocab_size
-        return self.cfg.model.type, dataclasses.replace(self.cfg.model.build(size, size), n_classes=self.n_classes())
+        return self.cfg.model.type, self.cfg.model.build(size, size, n_classes=self.n_classes())
 
     def n_classes(self) -> int:
         return len(self.labels)

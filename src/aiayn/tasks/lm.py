@@ -222,6 +222,7 @@ class Generator(Pipeline):
 
 class LMTask:
     name = "lm"
+    metrics: tuple[str, ...] = ()
     data_config = LMData
     pipeline = Generator
 

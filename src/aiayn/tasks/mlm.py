@@ -79,6 +79,7 @@ class MLMTask(ClassifyTask):
     """Masked-language-model pre-training on the texts of the classification files (labels unused)."""
 
     name = "mlm"
+    metrics: tuple[str, ...] = ()  # the loss only
     data_config = MLMData
     pipeline = MLMPipeline
 

@@ -91,6 +91,7 @@ class Examples:
 
 class Seq2SeqTask:
     name = ""
+    metrics: tuple[str, ...] = ()  # the names `scores` gives
     data_config: type = TextPairSettings
     pipeline: type = Pipeline  # a `TextPipeline` subclass
     keep = "start"  # which end of an over-long source survives truncation ("end": the question)

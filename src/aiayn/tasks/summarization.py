@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from aiayn.data.records import record_file
+from aiayn.metrics import ROUGE_TYPES
 from aiayn.tasks.pipeline import Route
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings, carving, check, check_carve
@@ -84,6 +85,7 @@ class Summarizer(TextPipeline):
 
 class SummarizationTask(Seq2SeqTask):
     name = "summarization"
+    metrics = ROUGE_TYPES
     data_config = SummarizationData
     pipeline = Summarizer
 

@@ -250,6 +250,7 @@ def _native_result(result) -> dict:
 
 class TranslationTask(Seq2SeqTask):
     name = "translation"
+    metrics = ("bleu",)
     data_config = TranslationData
     pipeline = TranslationPipeline
 

@@ -196,12 +196,9 @@ class ImageClassifyTask(ClassifyTask):
 
     def model_spec(self):
         """`[model] type = "encoder-only"` with `input = "patches"`, sized to the patches and labels."""
-        import dataclasses
-
-        config = self.cfg.model.build(1, 1)
         n, dim = self.splits[self.data.train_split][0].shape[1:]
-        return self.cfg.model.type, dataclasses.replace(config, n_classes=len(self.labels), input="patches",
-                                                        patch_dim=int(dim))
+        return self.cfg.model.type, self.cfg.model.build(1, 1, n_classes=len(self.labels), input="patches",
+                                                         patch_dim=int(dim))  # 1: patches have no vocabulary
 
     def collate(self, split: str, indices: Sequence[int], epoch: int = 0, number: int = 0) -> TextBatch:
         images, labels = self.splits[split]

@@ -42,6 +42,9 @@ def _check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+VOCABULARY_KEYS = ("src_vocab_size", "tgt_vocab_size", "vocab_size")  # set from the tokenizers, never in [model]
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """The model's type (a name in `aiayn.models.MODEL_TYPES`), a preset (the encoder-decoder's
@@ -54,7 +57,7 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", tuple(sorted(dict(self.overrides).items())))
-        for key in ("src_vocab_size", "tgt_vocab_size", "vocab_size"):
+        for key in VOCABULARY_KEYS:
             _check(key not in dict(self.overrides),
                    f"model.{key} is set from the tokenizer; set data.vocab_size instead")
         _check(self.preset == ModelSpec.preset or self.has_presets,
@@ -69,17 +72,22 @@ class ModelSpec:
 
         return callable(getattr(model_class(self.type).config_class, "preset", None))
 
-    def build(self, src_vocab_size: int, tgt_vocab_size: int):
-        """The model config (`TransformerConfig`, `RNNConfig`, ...) for these vocabulary sizes."""
+    def build(self, src_vocab_size: int, tgt_vocab_size: int, **fixed: Any):
+        """The model config (`TransformerConfig`, `RNNConfig`, ...) for these vocabulary sizes, with the
+        fields a task sets itself (`fixed`: a ViT's input = "patches", a classifier's n_classes)."""
         from aiayn.models import model_class
 
         config_class = model_class(self.type).config_class
         fields = {f.name for f in dataclasses.fields(config_class)}
+        settable = sorted(fields - set(VOCABULARY_KEYS) | {"type", "preset"})
         unknown = sorted(set(dict(self.overrides)) - fields)
-        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}{did_you_mean(unknown, fields)}; "
-                            f"known: type, preset, {', '.join(sorted(fields))}")
+        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}{did_you_mean(unknown, settable)}; "
+                            f"known: {', '.join(settable)}")
         check_types(config_class, dict(self.overrides), prefix="model.")
-        return config_class.for_vocab(self.preset, src_vocab_size, tgt_vocab_size, **dict(self.overrides))
+        try:
+            return config_class.for_vocab(self.preset, src_vocab_size, tgt_vocab_size, **{**dict(self.overrides), **fixed})
+        except ConfigError as e:
+            raise ConfigError(f"[model] {e}") from None
 
     def to_dict(self) -> dict:
         return {"type": self.type, **({"preset": self.preset} if self.has_presets else {}), **dict(self.overrides)}
@@ -173,6 +181,16 @@ class TrainConfig:
             object.__setattr__(self, "data", settings())
         _check(isinstance(self.data, settings),
                f"task {self.task!r} reads [data] as {settings.__name__}, got {type(self.data).__name__}")
+        self._check_best_metric()
+
+    def _check_best_metric(self) -> None:
+        """train.best_metric names what validation will report: a typo is refused now, not at the first
+        validation, hours in. A task from outside that does not declare its `metrics` is checked then."""
+        metrics = getattr(task_class(self.task), "metrics", None)
+        known = ["nll", "loss", "ppl", *(metrics or ())]
+        _check(metrics is None or self.train.best_metric in known,
+               f"train.best_metric = {self.train.best_metric!r}: task {self.task!r} validates "
+               f"{', '.join(known)}{did_you_mean([self.train.best_metric], known, 'train.best_metric = ')}")
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"task": self.task, "model": self.model.to_dict()}
@@ -275,6 +293,12 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
     if overrides:
         source += " with --set " + " ".join(overrides)
     return TrainConfig.from_dict(data, source)
+
+
+def string_override(key: str, value: str | Path) -> str:
+    """`--set key=value` for a string taken as given (a path flag's): "3", "true" or "2024-01-01"
+    as the value would parse as a number, a bool or a date. A JSON string is a TOML basic string."""
+    return f"{key}={json.dumps(str(value))}"
 
 
 def _apply_override(data: dict, item: str) -> None:

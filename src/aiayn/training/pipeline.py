@@ -25,7 +25,7 @@ from aiayn.models import build_model
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
 from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
-from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config
+from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config, string_override
 from aiayn.training.distributed import DistInfo, init_from_env, shutdown
 from aiayn.training.metrics import METRICS_FILE
 from aiayn.training.schedule import lr_function
@@ -232,7 +232,7 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> TrainCo
     path = Path(run_dir) / CONFIG_NAME
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found; is {run_dir} a training run directory?")
-    return load_config(path, [f"train.run_dir={run_dir}", *overrides])
+    return load_config(path, [string_override("train.run_dir", run_dir), *overrides])
 
 
 def evaluate_test(cfg: TrainConfig, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
