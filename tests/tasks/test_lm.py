@@ -85,6 +85,8 @@ def test_a_tiny_gpt_learns_a_repeating_text_and_generates_it(tmp_path, capsys):
     assert long == ("defgabc" * 6)[:40]
     assert main(["generate", "--model", model_dir, "--prompt", "abc", "--max-new-tokens", "30", "--seed", "3"]) == 0
     assert len(capsys.readouterr().out) == 3 + 30 + 1
+    assert main(["generate", "--model", model_dir, "--seed", "3"]) == 0  # the rest as the pipeline's defaults
+    assert capsys.readouterr().out == "\n" + Generator.from_pretrained(model_dir).generate("\n", seed=3) + "\n"
 
 
 def test_generate_refuses_sampling_settings_under_greedy_and_an_unknown_method():
