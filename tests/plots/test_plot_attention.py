@@ -23,17 +23,33 @@ def test_translation_matches_greedy_search(model):
     assert [i for i in maps.out_ids if i != EOS_ID] == expected
 
 
+@torch.inference_mode()
+def stepwise_attention(model, src: list[int], tgt_in: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Decoder self- and cross-attention gathered as decoding computes them: one cached step per target
+    position, each step's row (layers, H, 1, keys) placed in (layers, H, T, T) and (layers, H, T, S)."""
+    enc = model.encode(torch.tensor([src]))
+    cache, T = model.init_cache(enc, capacity=len(tgt_in)), len(tgt_in)
+    self_rows, cross_rows = [], []
+    for token in tgt_in:
+        out = model.decode(torch.tensor([[token]]), cache, need_weights=True)
+        width = cache.length  # the keys this step attended over: the positions so far
+        self_rows.append(np.pad(torch.cat(out.self_attentions).numpy(), [(0, 0), (0, 0), (0, 0), (0, T - width)]))
+        cross_rows.append(torch.cat(out.cross_attentions).numpy())
+    return np.concatenate(self_rows, axis=2), np.concatenate(cross_rows, axis=2)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_translation_attention_equals_teacher_forced_pass(norm_first):
-    """Weights collected step by step (cached decoding) = one teacher-forced pass on the same tokens."""
+def test_translation_attention_is_what_cached_decoding_computes(norm_first):
+    """The maps drawn (one teacher-forced pass over the greedy output) = the weights of cached step-by-step
+    decoding of the same tokens, row by row."""
     model = tiny_model(seed=2, norm_first=norm_first)
     maps = att.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=4)
-    tgt_in = torch.tensor([[BOS_ID, *maps.out_ids[:-1]]])  # (1, T)
-    enc, dec, cross = att.forward_attention(model, torch.tensor([SRC]), tgt_in)
-    assert maps.decoder.shape == (2, 2, len(maps.out_ids), len(maps.out_ids))
-    np.testing.assert_allclose(maps.encoder, torch.cat(enc).numpy(), atol=1e-6)
-    np.testing.assert_allclose(maps.decoder, torch.cat(dec).numpy(), atol=1e-6)
-    np.testing.assert_allclose(maps.cross, torch.cat(cross).numpy(), atol=1e-6)
+    decoder, cross = stepwise_attention(model, SRC, [BOS_ID, *maps.out_ids[:-1]])
+    assert maps.decoder.shape == decoder.shape == (2, 2, len(maps.out_ids), len(maps.out_ids))
+    np.testing.assert_allclose(maps.decoder, decoder, atol=1e-6)
+    np.testing.assert_allclose(maps.cross, cross, atol=1e-6)
+    enc = model.encode(torch.tensor([SRC]), need_weights=True).attentions
+    np.testing.assert_allclose(maps.encoder, torch.cat(enc).detach().numpy(), atol=1e-6)
 
 
 def test_rows_sum_to_one_and_future_gets_zero(model):
