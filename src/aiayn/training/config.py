@@ -120,7 +120,7 @@ class RunConfig:
     save_every_minutes: float = 0.0  # 0 = off
     keep_last: int = 5  # checkpoints kept besides the best
     validate_every: int = 0  # updates; 0 = at the end of every epoch
-    bleu: bool = True  # greedy sacreBLEU at validation
+    bleu: bool = True  # text-to-text tasks: decode the validation sources greedily and score them (BLEU, ROUGE, ...)
     patience: int = 0  # stop after this many validations without a better loss; 0 = off
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
     best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" or a task metric (aiayn.metrics.higher_is_better says which way wins)
