@@ -167,6 +167,23 @@ def test_3_a_metrics_row_cut_short_by_a_crash_does_not_stop_the_resume(tmp_path,
     assert rows[:len(whole.splitlines())] == [json.loads(line) for line in whole.splitlines()]
 
 
+def test_3_a_resume_hides_the_tensorboard_events_past_its_checkpoint(tmp_path, monkeypatch):
+    """TensorBoard's events of the updates after the checkpoint (a crash's) are purged as metrics.jsonl's
+    rows are: the resumed run's own follow them (SummaryWriter's purge_step; tensorboard is an extra, so a
+    stand-in records how it is opened)."""
+    import types
+
+    opened = []
+    writer = types.SimpleNamespace(add_scalar=lambda *a, **k: None, flush=lambda: None, close=lambda: None)
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = lambda directory, purge_step=None: opened.append(purge_step) or writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    run_dir = finished_run(tmp_path)  # 3 updates
+    assert opened == [None]  # a fresh run purges nothing
+    train(resume_config(run_dir, ["train.max_updates=6"]), resume=True)  # writes rows: a validation at 6
+    assert opened == [None, 4]  # events from update 4 on, past the checkpoint at 3
+
+
 def test_4_a_second_training_into_a_locked_run_dir_refuses_naming_the_holder(tmp_path):
     run_dir = tmp_path / "run"
     with exclusive_lock(run_dir / ".lock", "test"):

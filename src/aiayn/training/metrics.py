@@ -30,10 +30,13 @@ class MetricsWriter:
         self.enabled = enabled
         self._tb_dir = Path(run_dir) / "tensorboard" if enabled and tensorboard else None
         self._tb: Optional[Any] = None  # opened at the first row: a resumed, finished run writes nothing
+        self._purge_step: Optional[int] = None  # after a resume: TensorBoard hides the events from here on
 
     def truncate_after(self, step: int) -> None:
         """Drop rows newer than `step` (after resuming from a checkpoint at `step`), and a row cut
-        short by a crash while it was appended (logged): the file is rewritten atomically."""
+        short by a crash while it was appended (logged): the file is rewritten atomically. TensorBoard's
+        events past `step` are hidden as it reads them (SummaryWriter's `purge_step`)."""
+        self._purge_step = step + 1
         if not self.enabled or not self.path.is_file():
             return
         rows = [line for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
@@ -50,7 +53,7 @@ class MetricsWriter:
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(clean) + "\n")
         if self._tb is None and self._tb_dir is not None:
-            self._tb = _tensorboard_writer(self._tb_dir)
+            self._tb = _tensorboard_writer(self._tb_dir, self._purge_step)
             self._tb_dir = None  # one try: tensorboard may not be installed
         if self._tb is not None:
             for key in ("loss", "nll", "ppl", "lr", "tokens_per_s", "bleu"):
@@ -78,9 +81,9 @@ def _row(line: str, path: Path) -> Optional[dict]:
     return row
 
 
-def _tensorboard_writer(directory: Path) -> Optional[Any]:
+def _tensorboard_writer(directory: Path, purge_step: Optional[int] = None) -> Optional[Any]:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is an optional extra
         return None
-    return SummaryWriter(str(directory))
+    return SummaryWriter(str(directory), purge_step=purge_step)
