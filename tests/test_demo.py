@@ -22,3 +22,22 @@ def test_the_demo_trains_into_output_and_refuses_another_run_dir(tmp_path):
     assert demo_config(tmp_path / "out").train.run_dir == str(tmp_path / "out")
     with pytest.raises(ValueError, match="--set train.run_dir: the demo trains into --output"):
         demo_config(tmp_path / "out", [f"train.run_dir={tmp_path / 'elsewhere'}"])
+
+
+def test_the_demo_never_clears_another_runs_directory_or_a_locked_one(tmp_path):
+    """It clears an earlier demo's checkpoints to start afresh: not those of a run on real data, and not
+    while a process holds the directory (they were gone before the lock was asked for)."""
+    from aiayn.commands.demo import demo_config
+    from aiayn.io import LockedError, exclusive_lock
+    from aiayn.training.config import load_config, save_config
+
+    real, demo = tmp_path / "real", tmp_path / "demo"
+    save_config(load_config(None, ["train.max_updates=1", f'data.corpus="{tmp_path}"']), real)
+    save_config(demo_config(demo), demo)
+    for run in (real, demo):
+        (run / "checkpoints" / "ckpt_00000001").mkdir(parents=True)
+    with pytest.raises(ValueError, match=f"{real} holds a run on real data"):
+        run_demo(real)
+    with exclusive_lock(demo / ".lock", "another run"), pytest.raises(LockedError, match="in use by another process"):
+        run_demo(demo)
+    assert (real / "checkpoints" / "ckpt_00000001").is_dir() and (demo / "checkpoints" / "ckpt_00000001").is_dir()

@@ -58,11 +58,21 @@ def run_demo(out_dir: str | Path, overrides: Sequence[str] = (), n_test: int = N
 
 
 def _clear_previous_run(out_dir: Path) -> None:
-    """The demo always starts afresh: drop the checkpoints of an earlier demo run there."""
-    from aiayn.training.config import CONFIG_NAME
+    """The demo always starts afresh: drop the checkpoints of an earlier run there, if it was a run on
+    synthetic data (a demo's) and no process holds it. Another run's directory is refused, untouched."""
+    from aiayn.io import exclusive_lock
+    from aiayn.training.checkpoint import CHECKPOINT_DIR
+    from aiayn.training.config import CONFIG_NAME, load_config
+    from aiayn.training.pipeline import LOCK_FILE
 
-    if (out_dir / CONFIG_NAME).is_file():
-        for name in ("checkpoints", "tokenizer", "metrics.jsonl"):
+    config = out_dir / CONFIG_NAME
+    if not config.is_file():
+        return
+    if getattr(load_config(config).data, "corpus", None) != "synthetic":
+        raise ValueError(f"{out_dir} holds a run on real data ({config}); the demo trains afresh into a directory "
+                         "of its own: give another --output")
+    with exclusive_lock(out_dir / LOCK_FILE, f"run directory {out_dir}"):
+        for name in (CHECKPOINT_DIR, "tokenizer", "metrics.jsonl"):
             path = out_dir / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
