@@ -1,11 +1,11 @@
 """Training throughput: `aiayn.models.transformer.Transformer` against `torch.nn.Transformer`.
 
 Both models train on the SAME token-bucketed batches in the same process, one step each
-in turn (ours fp32, theirs fp32, ours bf16, ours fp32, ...), so a noisy neighbour slows
-both alike. A step is the full training step: forward, label-smoothed cross-entropy
+in turn, the order rotated from batch to batch, so a noisy neighbour slows both alike. A step is the full training step: forward, label-smoothed cross-entropy
 (`F.cross_entropy(label_smoothing=ε, ignore_index=pad)`, ε from `OptimConfig`), backward,
 Adam step. Throughput is real (non-pad) target tokens per second, the median over the
-measured steps. `torch_tok_s` is always nn.Transformer in fp32.
+measured steps. Each row compares the two models in one precision: nn.Transformer runs under
+the same autocast as ours, and computes the same function (`match_ours`).
 
 Batches: sentence lengths are the whitespace-token lengths of Multi30k train (de -> en,
 +1 for EOS), or synthetic lengths drawn like them when the data is absent; token ids are
@@ -144,11 +144,14 @@ def _sinusoids(length: int, d_model: int) -> Tensor:
 
 
 class TorchReference(nn.Module):
-    """nn.Transformer with shared scaled embeddings, sinusoids and a tied output projection.
+    """nn.Transformer with shared scaled embeddings, sinusoids and a tied output projection,
+    computing the function ours computes: dropout on embeddings and sub-layer outputs only.
 
-    nn.Transformer applies its one dropout also to attention weights and inside the FFN,
-    and always adds a final LayerNorm to both stacks; those are its own costs. The decoder
-    gets the causal mask only: padded target positions are never attended by real ones.
+    nn.Transformer's one dropout also falls on attention weights (which keeps torch's CPU
+    attention off its fused kernels) and inside the FFN, and it always adds a final LayerNorm
+    to both stacks; ours does those only when asked (`attention_dropout`, `activation_dropout`,
+    pre-norm), so they are switched off here to match. The decoder gets the causal mask only:
+    padded target positions are never attended by real ones.
     """
 
     def __init__(self, cfg: TransformerConfig):
@@ -163,6 +166,7 @@ class TorchReference(nn.Module):
             D, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff, cfg.dropout,
             layer_norm_eps=cfg.layer_norm_eps, batch_first=True, norm_first=cfg.norm_first,
         )
+        match_ours(self.transformer, cfg)
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
         """(B, S), (B, T) -> logits (B, T, V)."""
@@ -174,6 +178,18 @@ class TorchReference(nn.Module):
         h = self.transformer(x, y, tgt_mask=causal, src_key_padding_mask=src_pad,
                              memory_key_padding_mask=src_pad, tgt_is_causal=True)
         return F.linear(h, self.embed.weight)
+
+
+def match_ours(transformer: nn.Transformer, cfg: TransformerConfig) -> None:
+    """Give nn.Transformer our dropouts (attention weights and the FFN inside at the config's
+    `attention_dropout` / `activation_dropout`, 0 by default) and our final norms (pre-norm only)."""
+    for layer in [*transformer.encoder.layers, *transformer.decoder.layers]:
+        for attention in (getattr(layer, "self_attn", None), getattr(layer, "multihead_attn", None)):
+            if attention is not None:
+                attention.dropout = cfg.attention_dropout
+        layer.dropout = nn.Dropout(cfg.activation_dropout) if cfg.activation_dropout else nn.Identity()
+    if not cfg.norm_first:
+        transformer.encoder.norm, transformer.decoder.norm = nn.Identity(), nn.Identity()
 
 
 # -- FLOPs ----------------------------------------------------------------------------------
@@ -238,24 +254,24 @@ def model_config(name: str) -> TransformerConfig:
 
 def run_config(name: str, precisions: list[str], batches: list[Batch], warmup: int,
                peaks: dict[str, float]) -> list[dict]:
-    """Interleave ours (each precision) and nn.Transformer fp32 over the same batches.
-    `peaks`: GFLOP/s per precision ("fp32", "bf16"), the MFU denominators."""
+    """Ours and nn.Transformer in each precision, one step each on every batch, the order rotated
+    from batch to batch (none always runs after the same one). `peaks`: GFLOP/s per precision
+    ("fp32", "bf16"), the MFU denominators."""
     cfg = model_config(name)
     device = batches[0].src.device
     torch.manual_seed(0)
-    runners = [Runner(f"ours-{p}", Transformer(cfg).to(device), bf16=(p == "bf16")) for p in precisions]
-    reference = Runner("torch-fp32", TorchReference(cfg).to(device), bf16=False)
-    order = [runners[0], reference, *runners[1:]]
+    pairs = [(Runner(f"ours-{p}", Transformer(cfg).to(device), bf16=(p == "bf16")),
+              Runner(f"torch-{p}", TorchReference(cfg).to(device), bf16=(p == "bf16"))) for p in precisions]
+    order = [runner for pair in pairs for runner in pair]
     for i, batch in enumerate(batches):
         flops = train_flops(cfg, batch.src.shape[0], batch.src.shape[1], batch.tgt_in.shape[1])
-        for runner in order:
+        for runner in order[i % len(order):] + order[:i % len(order)]:
             runner.timed_step(batch, flops, record=i >= warmup)
-    torch_tok_s = median(reference.tok_s)
     return [{
-        "config": name, "precision": p, "ours_tok_s": median(r.tok_s), "torch_tok_s": torch_tok_s,
-        "ratio": median(r.tok_s) / torch_tok_s, "mfu": median(r.flop_s) / (peaks[p] * 1e9),
-        "torch_mfu": median(reference.flop_s) / (peaks["fp32"] * 1e9),
-    } for p, r in zip(precisions, runners)]
+        "config": name, "precision": p, "ours_tok_s": median(ours.tok_s), "torch_tok_s": median(ref.tok_s),
+        "ratio": median(ours.tok_s) / median(ref.tok_s), "mfu": median(ours.flop_s) / (peaks[p] * 1e9),
+        "torch_mfu": median(ref.flop_s) / (peaks[p] * 1e9),
+    } for p, (ours, ref) in zip(precisions, pairs)]
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -320,8 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in configs:
             rows += run_config(name, precisions, batches, args.warmup_steps, peaks)
     print(format_table(rows, [
-        ("config", "config", ""), ("precision", "ours", ""), ("ours_tok_s", "ours tok/s", ",.0f"),
-        ("torch_tok_s", "torch fp32 tok/s", ",.0f"), ("ratio", "ratio", ".2f"),
+        ("config", "config", ""), ("precision", "precision", ""), ("ours_tok_s", "ours tok/s", ",.0f"),
+        ("torch_tok_s", "torch tok/s", ",.0f"), ("ratio", "ratio", ".2f"),
         ("mfu", "ours MFU", ".2f"), ("torch_mfu", "torch MFU", ".2f"),
     ]))
     print("tok/s: real target tokens per second, median over steps; MFU: exact matmul FLOPs "

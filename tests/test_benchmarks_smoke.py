@@ -37,7 +37,24 @@ def test_train_throughput_json_keys():
         assert {"config", "precision", "ours_tok_s", "torch_tok_s", "ratio", "mfu"} <= row.keys()
         assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("ours_tok_s", "torch_tok_s", "ratio", "mfu"))
         assert math.isclose(row["ratio"], row["ours_tok_s"] / row["torch_tok_s"])
-    assert out["rows"][0]["torch_tok_s"] == out["rows"][1]["torch_tok_s"]  # always nn.Transformer fp32
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_the_torch_reference_has_ours_dropouts_and_final_norms(norm_first):
+    """nn.Transformer's one dropout fell on attention weights and inside the FFN too (work ours does not do
+    by default, and it kept torch's attention off its fused kernels), and its final norms stood in post-norm."""
+    sys.path.insert(0, str(BENCHMARKS))
+    from torch import nn
+
+    from aiayn.config import TransformerConfig
+    from train_throughput import TorchReference
+
+    ref = TorchReference(TransformerConfig.preset("tiny", src_vocab_size=50, norm_first=norm_first)).transformer
+    layers = [*ref.encoder.layers, *ref.decoder.layers]
+    assert all(layer.self_attn.dropout == 0.0 and isinstance(layer.dropout, nn.Identity) for layer in layers)
+    assert all(layer.multihead_attn.dropout == 0.0 for layer in ref.decoder.layers)
+    assert all(layer.dropout1.p == 0.1 for layer in layers)  # the residual dropout, as ours (§5.4)
+    assert isinstance(ref.encoder.norm, nn.LayerNorm) == isinstance(ref.decoder.norm, nn.LayerNorm) == norm_first
 
 
 def test_train_flops_counts_one_linear_by_hand():
