@@ -268,13 +268,15 @@ class Peers:
 
 
 def interleaved_tokens_per_second(peers: Peers, beam: int, batch: int, runs: int) -> tuple[dict, dict]:
-    """Median tokens/s of each peer. Runs are interleaved (peer order rotating every round) so that
-    load changes on a shared machine hit every peer alike. Returns (speeds, outputs)."""
+    """Median tokens/s of each peer. Runs are interleaved so that load changes on a shared machine hit
+    every peer alike: the order rotates every round and runs backwards every other one, so no peer
+    always follows the same one. Returns (speeds, outputs)."""
     names = list(peers.conns)
     outs = {name: peers.run(name, beam, batch)[1] for name in names}  # warm-up, and the outputs to compare
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(runs):
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in (order if r % 2 == 0 else order[::-1]):
             times[name].append(peers.run(name, beam, batch)[0])
     speeds = {name: sum(len(row) for row in outs[name]) / statistics.median(times[name]) for name in names}
     return speeds, outs
@@ -308,6 +310,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 if "ours" in outs:
                     checks.append((strategy, batch, {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}))
+                    row["same_as_ours"] = checks[-1][2]  # the 1-best tokens of each peer, against ours
                 print_row(row)
     finally:
         peers.close()
