@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+
+import pytest
 
 from hf_checkpoints import assert_same_tensors
 from aiayn.cli import main
@@ -70,3 +73,54 @@ def test_import_and_export_replace_only_their_own_earlier_output(gpt2_dirs, tmp_
     assert main(["export", "hf", str(ours), str(tmp_path / "back2")]) == 2
     assert {p.name: p.read_bytes() for p in ours.iterdir()} == before and (other / "notes.txt").read_text() == "keep"
     assert_same_tensors(hf_dir, back)
+
+
+def edited_copy(hf_dir, directory, drop=(), **fields):
+    """A copy of a Hugging Face directory with config.json's `fields` set and `drop` removed."""
+    shutil.copytree(hf_dir, directory)
+    config = {k: v for k, v in json.loads((directory / "config.json").read_text()).items() if k not in drop}
+    (directory / "config.json").write_text(json.dumps({**config, **fields}))
+    return directory
+
+
+@pytest.mark.parametrize("family, fields, drop, message", [
+    ("gpt2", {"architectures": ["GPT2ForSequenceClassification"]}, (), "architectures = .*aiayn imports GPT2LMHeadModel"),
+    ("vit", {"architectures": ["ViTForMaskedImageModeling"]}, (), "aiayn imports ViTForImageClassification"),
+    ("marian", {"architectures": ["MarianForCausalLM"]}, (), "aiayn imports MarianMTModel"),
+    ("bert", {"problem_type": "multi_label_classification"}, (), "problem_type = .*picks one label by a softmax"),
+    ("bert", {"num_labels": 1, "id2label": {"0": "score"}, "label2id": {"score": 0}}, (), "num_labels = 1"),
+    ("marian", {}, ("pad_token_id", "decoder_start_token_id"), "pad_token_id must be a token id .*got nothing"),
+])
+def test_a_checkpoint_aiayn_would_misread_is_refused_naming_its_config(request, family, fields, drop, message, tmp_path,
+                                                                        capsys):
+    """Another head on a known body, a multi-label or regression classifier, a Marian without its special ids:
+    each imported without a word before (the head dropped, a softmax where sigmoids were, broken ids)."""
+    hf_dir, _ = request.getfixturevalue(f"{family}_dirs")
+    odd = edited_copy(hf_dir, tmp_path / "odd", drop, **fields)
+    assert main(["import", "hf", str(odd), str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and str(odd / "config.json") in err, err
+
+
+def test_a_marian_without_num_beams_decodes_greedily_as_hugging_face_does(marian_dirs, tmp_path):
+    hf_dir, _ = marian_dirs
+    odd = edited_copy(hf_dir, tmp_path / "odd", drop=("num_beams",))
+    (odd / "generation_config.json").unlink(missing_ok=True)
+    assert main(["import", "hf", str(odd), str(tmp_path / "a")]) == 0
+    assert json.loads((tmp_path / "a" / "task.json").read_text())["decode"]["beam_size"] == 1
+
+
+def test_a_gpt2_export_of_a_model_without_a_logits_bias(gpt2_dirs, tmp_path):
+    """`logits_bias` is an import's (GPT-2's absent ids); a model trained without one exported with a KeyError."""
+    import dataclasses
+
+    from aiayn.models import DecoderOnly, load_model
+
+    _, ours = gpt2_dirs
+    model = load_model(ours)
+    plain = DecoderOnly(dataclasses.replace(model.config, logits_bias=False))
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if k != "logits_bias"})
+    shutil.copytree(ours, tmp_path / "plain")
+    plain.save_pretrained(tmp_path / "plain")
+    assert main(["export", "hf", str(tmp_path / "plain"), str(tmp_path / "back")]) == 0
+    assert_same_tensors(gpt2_dirs[0], tmp_path / "back")  # the same weights: GPT-2 has no bias either way

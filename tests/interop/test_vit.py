@@ -50,3 +50,20 @@ def test_image_classify_door(vit_dirs):
     out = pipe([image.tolist() for image in images])
     assert [label for label, _ in out] == [str(int(i)) for i in probs.argmax(-1)]
     assert pipe.attention("0").describe()  # [CLS]'s attention over test digit 0
+
+
+def test_the_exported_processor_turns_8_bit_pixels_into_what_the_model_read(vit_dirs, tmp_path):
+    """A PIL image's 0..255 pixels through the exported preprocessor_config.json give the [0, 1] values
+    the image-classify door feeds (it fed 0..255 before: no rescale)."""
+    Image = pytest.importorskip("PIL.Image")
+    from transformers import AutoImageProcessor, ViTForImageClassification
+
+    _, ours = vit_dirs
+    out = export_hf(ours, tmp_path / "back")
+    pixels = (_images(1)[0] * 255).round().astype(np.uint8)  # (8, 8)
+    values = AutoImageProcessor.from_pretrained(out)(Image.fromarray(pixels, mode="L"), return_tensors="pt").pixel_values
+    np.testing.assert_allclose(values[0, 0].numpy(), pixels / 255, atol=1e-6)
+    with torch.no_grad():
+        theirs = ViTForImageClassification.from_pretrained(out).eval()(pixel_values=values).logits
+        mine = load_model(ours).classify(torch.from_numpy(patches((pixels / 255).astype(np.float32)[None], 2)))
+    assert_logits_close(mine, theirs)

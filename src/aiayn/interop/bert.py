@@ -71,8 +71,13 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
     activation = activation_in(ckpt, "hidden_act", "gelu")
     if activation == "relu" and architecture == MLM:
         raise ckpt.refuse("hidden_act", "relu", "aiayn's MLM head uses GELU with a ReLU FFN")
+    problem = c("problem_type")
+    if architecture == CLASSIFIER and problem not in (None, "single_label_classification"):
+        raise ckpt.refuse("problem_type", problem, "aiayn's classifier picks one label by a softmax")
     tokenizer = _import_tokenizer(ckpt)
     labels = ckpt.labels() if architecture == CLASSIFIER else []
+    if architecture == CLASSIFIER and len(labels) < 2:
+        raise ckpt.refuse("num_labels", len(labels), "a softmax over one label is a regression head, not a classifier")
     config = EncoderOnlyConfig(
         vocab_size=tokenizer.ids.size, d_model=ckpt.need("hidden_size"), n_heads=ckpt.need("num_attention_heads"),
         n_layers=ckpt.need("num_hidden_layers"), d_ff=ckpt.need("intermediate_size"), dropout=c("hidden_dropout_prob", 0.1),

@@ -74,6 +74,14 @@ class Checkpoint:
                               f"{'nothing' if value is None else repr(value)}")
         return value
 
+    def token_id(self, name: str) -> int:
+        """A special token's id in config.json (0 is one): without it the vocabulary cannot be mapped."""
+        value = self.config.get(name)
+        if type(value) is not int or value < 0:
+            raise Unsupported(f"{self.directory / CONFIG_FILE}: {name} must be a token id (a whole number >= 0), got "
+                              f"{'nothing' if value is None else repr(value)}")
+        return value
+
     def labels(self) -> list[str]:
         """The class names of `id2label` (keys "0".."n-1", or whole numbers), else LABEL_0.. for `num_labels`."""
         id2label = self.field("id2label") or {str(i): f"LABEL_{i}" for i in range(self.field("num_labels", 2))}
@@ -106,6 +114,15 @@ class Checkpoint:
 
     def refuse(self, field: str, value: Any, why: str) -> Unsupported:
         return Unsupported(f"{self.directory / CONFIG_FILE}: {field} = {value!r} does not map onto aiayn ({why})")
+
+    def check_architecture(self, *known: str) -> str:
+        """The checkpoint's class (`architectures[0]`), one of `known`; a config that names none is taken
+        as the first. Another head on the same body (GPT-2 for classification, say) is refused, not
+        imported without it."""
+        found = self.field("architectures") or [known[0]]
+        if not isinstance(found, list) or found[0] not in known:
+            raise self.refuse("architectures", found, f"aiayn imports {' and '.join(known)} here")
+        return found[0]
 
 
 # -- weight tables ---------------------------------------------------------------------------------

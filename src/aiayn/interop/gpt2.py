@@ -27,9 +27,9 @@ def params(cfg: DecoderOnlyConfig, ids: IdMap) -> list[Param]:
     table = [Param("embed.weight", ("transformer.wte.weight",), lambda ts: ids.rows_in(ts[0]),
                    lambda t: [ids.rows_out(t)]),
              same("positions.weight", "transformer.wpe.weight"),
-             Param("logits_bias", (), lambda ts: ids.bias_in(None, torch.zeros(())),
-                   lambda t: []),  # only the absent ids' ABSENT_LOGIT
              *linear("final_norm", "transformer.ln_f")]
+    if cfg.logits_bias:  # an import's: only the absent ids' ABSENT_LOGIT
+        table.append(Param("logits_bias", (), lambda ts: ids.bias_in(None, torch.zeros(())), lambda t: []))
     for i in range(cfg.n_layers):
         a, h = f"layers.{i}", f"transformer.h.{i}"
         table += linear(f"{a}.self_attn.in_proj", f"{h}.attn.c_attn", transposed)
@@ -42,6 +42,7 @@ def params(cfg: DecoderOnlyConfig, ids: IdMap) -> list[Param]:
 
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
+    ckpt.check_architecture(ARCHITECTURE)
     for field, value, want in (("scale_attn_by_inverse_layer_idx", c("scale_attn_by_inverse_layer_idx", False), False),
                                ("scale_attn_weights", c("scale_attn_weights", True), True),
                                ("add_cross_attention", c("add_cross_attention", False), False),

@@ -22,13 +22,14 @@ generate's default early stopping (False) is a heuristic that aiayn's exact sear
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from aiayn.config import BOS_ID, EOS_ID, UNK_ID, DecodeConfig, TransformerConfig
+from aiayn.config import BOS_ID, EOS_ID, UNK_ID, ConfigError, DecodeConfig, TransformerConfig
 from aiayn.data.tokenizer import SentencePieceTokenizer, TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
                                       activation_in, attention, dump_params, json_file, linear,
@@ -40,6 +41,9 @@ from aiayn.io import read_json_object
 ARCHITECTURE = "MarianMTModel"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default
 HF_LENGTH_PENALTY = 1.0  # generate's default α
+HF_NUM_BEAMS = 1  # generate's default: greedy
+
+log = logging.getLogger(__name__)
 
 
 # -- the weight table ------------------------------------------------------------------------------
@@ -81,10 +85,12 @@ def _ffn(aiayn: str, hf: str) -> list[Param]:
 # -- import ----------------------------------------------------------------------------------------
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
+    ckpt.check_architecture(ARCHITECTURE)
     heads, d_ff = ckpt.need("encoder_attention_heads"), ckpt.need("encoder_ffn_dim")
+    pad = ckpt.token_id("pad_token_id")
     for field, value, want in (("decoder_attention_heads", c("decoder_attention_heads"), heads),
                                ("decoder_ffn_dim", c("decoder_ffn_dim"), d_ff),
-                               ("decoder_start_token_id", c("decoder_start_token_id"), c("pad_token_id"))):
+                               ("decoder_start_token_id", c("decoder_start_token_id"), pad)):
         if value != want:
             raise ckpt.refuse(field, value, f"aiayn needs {want!r}, as the encoder's or pad_token_id")
     for field in ("normalize_before", "add_final_layer_norm", "normalize_embedding", "layernorm_embedding"):
@@ -95,7 +101,7 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         src_vocab_size=src.size, tgt_vocab_size=tgt.size, d_model=ckpt.need("d_model"), n_heads=heads,
         n_encoder_layers=ckpt.need("encoder_layers"), n_decoder_layers=ckpt.need("decoder_layers"), d_ff=d_ff,
         dropout=c("dropout", 0.1), attention_dropout=c("attention_dropout", 0.0),
-        activation_dropout=c("activation_dropout", 0.0), max_positions=c("max_position_embeddings", 512),
+        activation_dropout=c("activation_dropout", 0.0), max_positions=c("max_position_embeddings", 1024),  # MarianConfig's
         share_embeddings=c("share_encoder_decoder_embeddings", True) and not _embeddings_apart(ckpt),
         tie_output=c("tie_word_embeddings", True),
         layer_norm_eps=LAYER_NORM_EPS, activation=activation_in(ckpt, "activation_function", "gelu"),
@@ -122,7 +128,7 @@ def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
     separate = bool(settings.get("separate_vocabs", False))
     vocab = read_json_object(d / "vocab.json")
     tgt_vocab = read_json_object(d / "target_vocab.json") if separate else vocab
-    pad, eos = ckpt.field("pad_token_id"), ckpt.field("eos_token_id")
+    pad, eos = ckpt.token_id("pad_token_id"), ckpt.token_id("eos_token_id")
     V = ckpt.need("vocab_size")
     sides = []
     for spm, words, size in (("source.spm", vocab, V), ("target.spm", tgt_vocab, ckpt.field("decoder_vocab_size") or V)):
@@ -140,8 +146,9 @@ def _import_tokenizers(ckpt: Checkpoint) -> tuple[TokenizerPair, IdMap, IdMap]:
 def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     """task.json: a translation model, its language pair when the directory says it (tokenizer_config's
     source_lang/target_lang, else a name like opus-mt-de-en), the beam and length penalty of
-    generation_config.json (Hugging Face's |Y|^α: the "plain" form), aiayn's maximum length
-    (|src| + 50); sources cut at the position table's length."""
+    generation_config.json (Hugging Face's |Y|^α: the "plain" form; without num_beams, greedy, as
+    Hugging Face decodes then), aiayn's maximum length (|src| + 50); sources cut at the position
+    table's length."""
     import dataclasses
 
     d = ckpt.directory
@@ -152,9 +159,12 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     if not all(isinstance(x, str) and x for x in pair):
         found = re.search(r"opus-mt-([a-z]{2,3})-([a-z]{2,3})$", d.resolve().name)
         pair = list(found.groups()) if found else None
-    decode = DecodeConfig(beam_size=int(generation.get("num_beams", DecodeConfig.beam_size)),
-                          length_penalty=float(generation.get("length_penalty", HF_LENGTH_PENALTY)),
-                          length_penalty_form="plain")
+    try:
+        decode = DecodeConfig(beam_size=generation.get("num_beams", HF_NUM_BEAMS),
+                              length_penalty=generation.get("length_penalty", HF_LENGTH_PENALTY),
+                              length_penalty_form="plain")
+    except ConfigError as e:
+        raise Unsupported(f"{d / 'generation_config.json'} (or config.json): {e}") from None
     info = {"task": "translation", "decode": dataclasses.asdict(decode), "keep": "start",
             "max_input_tokens": config.max_positions, "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
     return {**info, "languages": pair} if pair else info
@@ -197,6 +207,9 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
         "bad_words_ids": [[pad]], "num_beams": decode.get("beam_size", DecodeConfig.beam_size),
         "max_length": cfg.max_positions,
         **({"length_penalty": decode["length_penalty"]} if decode.get("length_penalty_form") == "plain" else {})})
+    if decode.get("length_penalty_form", DecodeConfig.length_penalty_form) != "plain":
+        log.warning("%s: the GNMT length penalty (α %s) has no Hugging Face counterpart; generation_config.json "
+                    "leaves it to Hugging Face's |Y|^α default", where, decode.get("length_penalty", DecodeConfig.length_penalty))
     return Exported(config, tensors, files)
 
 

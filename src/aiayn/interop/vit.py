@@ -8,7 +8,7 @@ channel), it is our linear map: the kernel (D, C, p, p) reshaped to (D, C·p·p)
 
 The image-classify door reads one-channel images in [0, 1] of the model's size as they are: it
 does not apply ViTImageProcessor's resizing and normalisation, and an export writes a
-preprocessor_config.json that does none either. A checkpoint with more channels imports (the model
+preprocessor_config.json that only rescales 8-bit pixels (0..255, as a PIL image has them) to [0, 1]. A checkpoint with more channels imports (the model
 is exact on patches) but the door takes one-channel images only.
 """
 
@@ -55,6 +55,7 @@ def _size(ckpt: Checkpoint, field: str) -> int:
 
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
+    ckpt.check_architecture(ARCHITECTURE)
     if not c("qkv_bias", True):
         raise ckpt.refuse("qkv_bias", False, "aiayn's attention projections have biases")
     image, patch, channels = _size(ckpt, "image_size"), _size(ckpt, "patch_size"), c("num_channels", 3)
@@ -95,6 +96,7 @@ def export_model(model, tokenizers, info: dict, where: str) -> Exported:
               "image_size": grid * patch, "patch_size": patch, "num_channels": channels, "qkv_bias": True,
               "id2label": {str(i): x for i, x in enumerate(labels)}, "label2id": {x: i for i, x in enumerate(labels)}}
     files = {"preprocessor_config.json": json_file({
-        "image_processor_type": "ViTImageProcessor", "do_resize": False, "do_rescale": False, "do_normalize": False,
+        "image_processor_type": "ViTImageProcessor", "do_resize": False, "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": False,  # 8-bit pixels to the door's [0, 1], nothing more
         "size": {"height": grid * patch, "width": grid * patch}})}
     return Exported(config, dump_params(model.state_dict(), params(cfg, channels, patch)), files)
