@@ -127,3 +127,30 @@ def test_read_utf8_names_the_file_and_line_of_a_bad_byte(tmp_path):
     path.write_bytes(b"a = 1\nb = 'caf\xe9'\n")
     with pytest.raises(ValueError, match=r"config\.toml:2: invalid UTF-8"):
         read_utf8(path)
+
+
+@pytest.mark.parametrize("name", ["/dev/fd/{fd}", "/proc/self/fd/{fd}", "/dev/stdout"])
+def test_a_path_to_an_open_file_descriptor_writes_through_it(tmp_path, name, monkeypatch):
+    """`-o /dev/stdout >> log` appended nothing: the log was resolved through /proc/self/fd/1 and replaced
+    by a rename (and a pipe resolved to a made-up "pipe:[N]" path failed after all the work)."""
+    from aiayn.commands.door import check_writable
+
+    log = tmp_path / "log"
+    log.write_text("OLD\n")
+    inode = log.stat().st_ino
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    try:
+        if name == "/dev/stdout":
+            saved = os.dup(1)
+            os.dup2(fd, 1)
+        path = name.format(fd=fd)
+        try:
+            check_writable(path)
+            write_output(path, "new\n")
+        finally:
+            if name == "/dev/stdout":
+                os.dup2(saved, 1)
+                os.close(saved)
+    finally:
+        os.close(fd)
+    assert log.read_text() == "OLD\nnew\n" and log.stat().st_ino == inode  # appended, the file never replaced

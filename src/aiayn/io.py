@@ -85,12 +85,20 @@ def output_file(path: str | Path, binary: bool = False) -> Iterator[IO]:
     symlink is followed: its target is written (atomically, when that is a regular file or absent)
     and the link stays a link. Anything else (a FIFO, a character device) is opened and written
     through: renaming over it would replace the node itself, and a FIFO's reader would get nothing.
+    A path to one of this process's open files (/dev/stdout, /dev/fd/N, /proc/self/fd/N) writes to
+    that file descriptor, at its position and in its mode (a shell's `>>` appends), as "-" does.
     """
     mode, encoding = ("wb", None) if binary else ("w", "utf-8")
     if str(path) == "-":
         out = sys.stdout.buffer if binary else sys.stdout
         yield out
         out.flush()
+        return
+    fd = named_fd(path)
+    if fd is not None:
+        sys.stdout.flush(), sys.stderr.flush()  # what was printed before goes first
+        with os.fdopen(os.dup(fd), mode, encoding=encoding) as f:
+            yield f
         return
     target = Path(path).resolve()  # a dangling link resolves to the path it names
     try:
@@ -103,6 +111,21 @@ def output_file(path: str | Path, binary: bool = False) -> Iterator[IO]:
         return
     with open(target, mode, encoding=encoding) as f:  # a directory fails here: IsADirectoryError
         yield f
+
+
+def named_fd(path: str | Path) -> int | None:
+    """The file descriptor of this process that `path` names through /proc/PID/fd (/dev/stdout,
+    /dev/fd/N and /proc/self/fd/N all lead there), else None. Resolving such a path gives the file
+    behind the descriptor (or a made-up "pipe:[N]"), which must not be replaced or reopened."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        parent, name = os.path.split(p)
+        if name.isdigit() and os.path.realpath(parent) == f"/proc/{os.getpid()}/fd":
+            return int(name)
+        if not os.path.islink(p):
+            return None
+        p = os.path.join(parent, os.readlink(p))
+    return None
 
 
 @contextlib.contextmanager

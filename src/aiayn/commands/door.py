@@ -197,6 +197,10 @@ def check_writable(path: str) -> None:
     import os
     from pathlib import Path
 
+    from aiayn.io import named_fd
+
+    if named_fd(path) is not None:  # an open file of this process (/dev/stdout): written as it is
+        return
     if Path(path).is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     folder = Path(path).absolute().parent
