@@ -113,6 +113,29 @@ def output_file(path: str | Path, binary: bool = False) -> Iterator[IO]:
         yield f
 
 
+def read_tensors(path: str | Path, names: Sequence[str] | None = None) -> dict:
+    """The tensors of the safetensors file `path` (those of `names`, else all) on the CPU; a damaged
+    file is a ValueError naming it. Never pickle: safetensors holds nothing but tensors."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            return {name: f.get_tensor(name) for name in (f.keys() if names is None else names)}
+    except Exception as e:  # safetensors raises its own types for truncated or corrupt files
+        raise ValueError(f"{path}: cannot load weights ({e})") from e
+
+
+def tensor_names(path: str | Path) -> list[str]:
+    """The names in the safetensors file `path`, read from its header; a damaged file is a ValueError naming it."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as f:
+            return list(f.keys())
+    except Exception as e:
+        raise ValueError(f"{path}: cannot read its tensor names ({e})") from e
+
+
 def named_fd(path: str | Path) -> int | None:
     """The file descriptor of this process that `path` names through /proc/PID/fd (/dev/stdout,
     /dev/fd/N and /proc/self/fd/N all lead there), else None. Resolving such a path gives the file
@@ -150,8 +173,8 @@ def check_replaceable(path: str | Path, ours: Callable[[Path], bool], kind: str,
     """Refuse to replace `path` unless it is absent, an empty directory or a directory of `kind` (`ours`
     says which), and never one of `sources`, the directories being read: a slip of -o loses nothing."""
     path = Path(path)
-    if any(path.resolve() == Path(s).resolve() for s in sources):
-        raise FileExistsError(f"{path}: is also an input; write the output somewhere else")
+    if any(Path(s).resolve().is_relative_to(path.resolve()) for s in sources):  # replacing it would remove them
+        raise FileExistsError(f"{path}: is, or holds, an input; write the output somewhere else")
     if path.exists() and not (path.is_dir() and (ours(path) or not any(path.iterdir()))):
         raise FileExistsError(f"{path}: exists and is not {kind}; remove it or choose another")
 

@@ -26,3 +26,18 @@ def test_prepare_reports_bad_input(tmp_path, capsys):
     assert main(["prepare", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "m")]) == 2
     assert "missing.tsv" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_prepare_never_writes_a_vocabulary_beside_a_models_weights(tmp_path, capsys):
+    """--retrain --out MODEL_DIR replaced the trained model's vocabulary: the model then refused to load."""
+    from aiayn.config import TransformerConfig
+    from aiayn.models import Transformer
+
+    corpus = tmp_path / "pairs.tsv"
+    corpus.write_text("".join(f"a b {i}\tc d {i}\n" for i in range(50)))
+    model = tmp_path / "model"
+    Transformer(TransformerConfig.preset("tiny", src_vocab_size=20)).save_pretrained(model)
+    before = {p.name for p in model.iterdir()}
+    assert main(["prepare", str(corpus), "--out", str(model), "--retrain", "--vocab-size", "30"]) == 2
+    assert f"{model}: holds a model, whose vocabulary is part of it" in capsys.readouterr().err
+    assert {p.name for p in model.iterdir()} == before

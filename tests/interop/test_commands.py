@@ -58,9 +58,9 @@ def test_import_and_export_replace_only_their_own_earlier_output(gpt2_dirs, tmp_
     assert main(["export", "hf", str(ours), str(back)]) == 0
     assert main(["export", "hf", str(ours), str(back)]) == 0
     before = {p.name: p.read_bytes() for p in ours.iterdir()}
-    for argv, refused in ((["export", "hf", str(ours), str(ours)], "is also an input"),
+    for argv, refused in ((["export", "hf", str(ours), str(ours)], "is, or holds, an input"),
                           (["import", "hf", str(hf_dir), str(back)], "is not an aiayn model directory"),
-                          (["import", "hf", str(hf_dir), str(hf_dir)], "is also an input")):
+                          (["import", "hf", str(hf_dir), str(hf_dir)], "is, or holds, an input")):
         assert main(argv) == 2
         assert refused in capsys.readouterr().err
     other = tmp_path / "other"
@@ -124,3 +124,21 @@ def test_a_gpt2_export_of_a_model_without_a_logits_bias(gpt2_dirs, tmp_path):
     plain.save_pretrained(tmp_path / "plain")
     assert main(["export", "hf", str(tmp_path / "plain"), str(tmp_path / "back")]) == 0
     assert_same_tensors(gpt2_dirs[0], tmp_path / "back")  # the same weights: GPT-2 has no bias either way
+
+
+def test_an_output_that_holds_the_input_is_refused(gpt2_dirs, tmp_path, capsys):
+    """`aiayn import hf m2/hf m2` replaced m2, and m2/hf, the input, with it."""
+    _, ours = gpt2_dirs
+    shutil.copytree(ours, tmp_path / "m2")
+    assert main(["export", "hf", str(tmp_path / "m2"), str(tmp_path / "m2" / "hf")]) == 0
+    assert main(["import", "hf", str(tmp_path / "m2" / "hf"), str(tmp_path / "m2")]) == 2
+    assert "is, or holds, an input" in capsys.readouterr().err and (tmp_path / "m2" / "hf" / "config.json").is_file()
+
+
+def test_a_damaged_weights_file_is_a_one_line_error_naming_it(gpt2_dirs, tmp_path, capsys):
+    hf_dir, _ = gpt2_dirs
+    odd = edited_copy(hf_dir, tmp_path / "odd")
+    (odd / "model.safetensors").write_bytes(b"\xff" * 64)
+    assert main(["import", "hf", str(odd), str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert f"{odd / 'model.safetensors'}: cannot read its tensor names" in err and err.count("\n") == 1

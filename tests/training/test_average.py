@@ -116,5 +116,5 @@ def test_the_output_replaces_only_a_model_directory_whole_and_never_an_input(tmp
     assert "notes: exists and is not a model directory" in capsys.readouterr().err
     weights = (a / "model.safetensors").read_bytes()
     assert main(["average", str(a), str(b), "-o", str(a)]) == 2
-    assert "is also an input" in capsys.readouterr().err
+    assert "is, or holds, an input" in capsys.readouterr().err
     assert (a / "model.safetensors").read_bytes() == weights and (notes / "a.txt").read_text() == "keep"

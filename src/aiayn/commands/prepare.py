@@ -47,6 +47,7 @@ def run(args) -> int:
         tokenizers = load_tokenizers(out)
         print(f"using the existing vocabulary in {out} (--retrain to replace it)")
     else:
+        refuse_a_model_dir(out)
         settings = _vocabulary_settings(args)
         train = read_corpus(args.corpus, split="train", **common)
         tokenizers = train_tokenizers(train.src, train.tgt, **settings)
@@ -75,3 +76,11 @@ def _vocabulary_settings(args) -> dict:
     data = _data_defaults()
     return dict(vocab_size=args.vocab_size or data.vocab_size, model_type=args.model_type or data.vocab_type,
                 joint=not args.separate_vocab, seed=RunConfig.seed if args.seed is None else args.seed)
+
+
+def refuse_a_model_dir(out) -> None:
+    """A new vocabulary is never written beside a model's weights: the model reads its ids by it."""
+    from aiayn.models import WEIGHTS_FILE, is_model_dir
+
+    if is_model_dir(out) or (out / WEIGHTS_FILE).exists():
+        raise FileExistsError(f"{out}: holds a model, whose vocabulary is part of it; prepare into another --out")

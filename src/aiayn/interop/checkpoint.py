@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch import Tensor
 
-from aiayn.io import read_json_object
+from aiayn.io import read_json_object, read_tensors, tensor_names
 from aiayn.models.base import CONFIG_FILE
 
 WEIGHTS, INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -42,8 +42,6 @@ class Checkpoint:
         self.names = {name: file for file, names in self.files.items() for name in names}
 
     def _weight_files(self) -> dict[Path, list[str]]:
-        from safetensors import safe_open
-
         d = self.directory
         if (d / INDEX).is_file():
             weight_map = read_json_object(d / INDEX).get("weight_map")
@@ -58,8 +56,7 @@ class Checkpoint:
             raise FileNotFoundError(f"{d / WEIGHTS}: not found{hint}")
         out = {}
         for f in files:
-            with safe_open(str(f), "pt") as handle:
-                out[f] = list(handle.keys())
+            out[f] = tensor_names(f)
         return out
 
     def field(self, name: str, default: Any = None) -> Any:
@@ -104,13 +101,10 @@ class Checkpoint:
 
     def tensor(self, name: str) -> Tensor:
         """The tensor `name`, in float32 (aiayn models are float32)."""
-        from safetensors import safe_open
-
         found = self._find(name)
         if found is None:
             raise Unsupported(f"{self.directory}: no weight {name!r} in the checkpoint")
-        with safe_open(str(self.names[found]), "pt") as handle:
-            return handle.get_tensor(found).float()
+        return read_tensors(self.names[found], [found])[found].float()
 
     def refuse(self, field: str, value: Any, why: str) -> Unsupported:
         return Unsupported(f"{self.directory / CONFIG_FILE}: {field} = {value!r} does not map onto aiayn ({why})")

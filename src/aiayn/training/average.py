@@ -15,7 +15,7 @@ import torch
 
 from aiayn.config import training_only_names
 from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR, TokenizerPair, load_tokenizers, save_tokenizers
-from aiayn.io import atomic_dir, check_replaceable
+from aiayn.io import atomic_dir, check_replaceable, read_tensors
 from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, is_model_dir, load_model, read_config
 from aiayn.training.checkpoint import MODEL_DIR, found_beside
 
@@ -27,8 +27,6 @@ class DifferentModels(ValueError):
 
 def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     """The element-wise mean of the tensors stored in each `path/model.safetensors`."""
-    from safetensors.torch import load_file
-
     if not paths:
         raise ValueError("average needs at least one checkpoint")
     total: dict[str, torch.Tensor] = {}
@@ -37,10 +35,7 @@ def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
         weights = Path(path) / WEIGHTS_FILE
         if not weights.is_file():
             raise FileNotFoundError(f"{weights}: not found; is {path} a checkpoint or model directory?")
-        try:
-            tensors = load_file(str(weights))
-        except Exception as e:  # safetensors raises its own error types for damaged files
-            raise ValueError(f"{weights}: cannot load weights ({e})") from e
+        tensors = read_tensors(weights)
         if total and set(tensors) != set(total):
             raise ValueError(f"{weights}: parameter names differ from {Path(paths[0]) / WEIGHTS_FILE}")
         for name, t in tensors.items():

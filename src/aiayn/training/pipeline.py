@@ -20,7 +20,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from aiayn.config import training_only_names
-from aiayn.io import exclusive_lock
+from aiayn.io import exclusive_lock, read_tensors
 from aiayn.models import build_model
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
 from aiayn.tasks import build_task
@@ -136,15 +136,13 @@ def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
     another size keeps fresh embeddings: that, and every tensor whose shape differs, is a warning
     naming what was not loaded. Tensors the saved model lacks (a new head) are logged at INFO.
     """
-    from safetensors.torch import load_file
-
     from aiayn.models.base import WEIGHTS_FILE
 
     path = Path(model_dir) / WEIGHTS_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path}: train.init_from needs a model directory")
     notes = _check_vocabulary(Path(model_dir), tokenizers) if tokenizers is not None else []
-    saved, own = load_file(str(path)), model.state_dict()
+    saved, own = read_tensors(path), model.state_dict()
     used = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
     if not used:
         raise ValueError(f"{path}: no weight matches this model's names and shapes")
