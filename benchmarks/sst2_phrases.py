@@ -36,6 +36,7 @@ from torch import Tensor
 
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import load_tokenizers
+from aiayn.io import atomic_dir, check_replaceable
 from aiayn.decoding.common import pad_sources
 from aiayn.models import build_model, read_config
 from aiayn.tasks.classify import carve, inner_texts, read_labelled, whole_texts
@@ -190,15 +191,17 @@ def oversample_main(args) -> None:
     """Every whole text of the training file `args.times` times, the rest as they are; the other
     files of the corpus copied beside it."""
     source = record_file(args.corpus, args.train_split, (".tsv", ".tsv.gz"))
+    check_replaceable(args.out, lambda d: (d / f"{args.train_split}.tsv.gz").is_file(), "an oversampled corpus",
+                      sources=[args.corpus])
     texts, labels, _ = read_labelled(source)
     whole = whole_texts(inner_texts(texts))
-    args.out.mkdir(parents=True, exist_ok=True)
     lines = [f"{t}\t{y}\n" for t, y in zip(texts, labels) for _ in range(args.times if t in whole else 1)]
-    with gzip.open(args.out / f"{args.train_split}.tsv.gz", "wt", encoding="utf-8") as f:
-        f.write("sentence\tlabel\n" + "".join(lines))
-    for other in Path(args.corpus).iterdir():
-        if other.is_file() and other.name != source.name:
-            shutil.copy(other, args.out / other.name)
+    with atomic_dir(args.out) as out:  # a failure or Ctrl-C leaves no half-written corpus
+        with gzip.open(out / f"{args.train_split}.tsv.gz", "wt", encoding="utf-8") as f:
+            f.write("sentence\tlabel\n" + "".join(lines))
+        for other in Path(args.corpus).iterdir():
+            if other.is_file() and other.name != source.name:
+                shutil.copy(other, out / other.name)
     print(f"{args.out}: {len(lines):,} training texts ({len(texts):,} in {source}; "
           f"{sum(t in whole for t in texts):,} whole sentences {args.times} times)")
     if args.json:

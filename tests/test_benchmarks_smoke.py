@@ -495,6 +495,10 @@ def test_sst2_phrases_oversample_repeats_the_whole_sentences_only(tmp_path):
     assert sorted(zip(texts, labels)) == sorted(rows + [("a b c", "1"), ("d e", "0")] * 2)
     assert out["texts"] == 9 and out["whole"] == 2
     assert (tmp_path / "os" / "dev.tsv").read_text() == (corpus / "dev.tsv").read_text()
+    refused = subprocess.run([sys.executable, str(BENCHMARKS / "sst2_phrases.py"), "oversample", str(corpus), "--corpus",
+                              str(corpus)], capture_output=True, text=True)  # it wrote into its input before
+    assert refused.returncode != 0 and "is, or holds, an input" in refused.stderr
+    assert read_labelled(corpus / "train_full.tsv")[0] == [t for t, _ in rows]
 
 
 def test_sst2_phrases_spans_fine_tunes_on_the_recipes_carve_and_scores_dev_once(tmp_path):

@@ -109,3 +109,9 @@ def test_complexity_arrays_and_bad_input(run_dir, tmp_path):
     (tmp_path / "bad.json").write_text("no json here\n")
     with pytest.raises(ValueError, match="layer_complexity"):
         plot_complexity(tmp_path / "bad.json")
+    (tmp_path / "rows.json").write_text('{"rows": [1]}\n')  # an AttributeError before
+    with pytest.raises(ValueError, match=r"rows.json: no layer_complexity rows"):
+        plot_complexity(tmp_path / "rows.json")
+    (tmp_path / "bytes.json").write_bytes(b'{"rows": \xff}\n')  # a decode error that named no file before
+    with pytest.raises(ValueError, match=r"bytes.json:1: invalid UTF-8"):
+        plot_complexity(tmp_path / "bytes.json")

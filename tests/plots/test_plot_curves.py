@@ -43,6 +43,16 @@ def test_bad_line_in_the_middle_names_file_and_line(tmp_path):
         curves.read_metrics(path)
 
 
+@pytest.mark.parametrize("row, message", [('{"step": 2, "split": "train", "loss": "abc"}', "loss must be a number, got 'abc'"),
+                                          ('{"step": "2", "split": "train"}', "expected a JSON object with a numeric 'step'")])
+def test_a_value_that_is_no_number_names_file_and_line(tmp_path, row, message):
+    """It failed in numpy, far from the file: "could not convert string to float"."""
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "split": "train", "loss": 2}\n' + row + "\n")
+    with pytest.raises(ValueError, match=f"metrics.jsonl:2: {message}"):
+        curves.read_metrics(path)
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="metrics"):
         curves.read_metrics(tmp_path)

@@ -13,7 +13,7 @@ import torch
 from aiayn.cli import main
 from aiayn.models.transformer import Transformer
 from aiayn.training import checkpoint as ckpt
-from aiayn.training.metrics import read_metrics
+from aiayn.plots.curves import read_metrics
 from aiayn.decoding.translator import Translator
 
 TINY = """

@@ -3,7 +3,7 @@
 import pytest
 
 from aiayn.cli import main
-from aiayn.training.metrics import read_metrics
+from aiayn.plots.curves import read_metrics
 
 RECIPE = """
 [model]

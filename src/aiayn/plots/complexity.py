@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aiayn.io import read_utf8
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure, plain_log_ticks
 
 
@@ -17,12 +18,13 @@ def read_results(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: not found (write it with: python benchmarks/layer_complexity.py --json)")
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in read_utf8(path).splitlines() if line.strip()]
     try:
         rows = json.loads(lines[-1])["rows"] if lines else None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path}: not the --json output of benchmarks/layer_complexity.py ({e})") from None
-    if not rows or not all({"layer", "d", "n", "ms"} <= r.keys() for r in rows):
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and {"layer", "d", "n", "ms"} <= r.keys()
+                                                          for r in rows):
         raise ValueError(f"{path}: no layer_complexity rows (layer, d, n, ms)")
     return rows
 

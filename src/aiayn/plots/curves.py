@@ -52,10 +52,17 @@ def read_metrics(run: str | Path) -> list[dict]:
                 log.debug("%s:%d: skipping unfinished last line", path, number)
                 continue
             raise ValueError(f"{path}:{number}: not a JSON object ({e.msg})") from None
-        if not isinstance(record, dict) or "step" not in record:
-            raise ValueError(f"{path}:{number}: expected a JSON object with a 'step' field")
+        if not isinstance(record, dict) or not _number(record.get("step")):
+            raise ValueError(f"{path}:{number}: expected a JSON object with a numeric 'step' field")
+        drawn = [key for key, _, _ in PANELS if record.get(key) is not None and not _number(record[key])]
+        if drawn:
+            raise ValueError(f"{path}:{number}: {drawn[0]} must be a number, got {record[drawn[0]]!r}")
         records.append(record)
     return records
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def series(records: list[dict], split: str, key: str) -> tuple[np.ndarray, np.ndarray]:

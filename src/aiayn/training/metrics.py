@@ -65,10 +65,6 @@ class MetricsWriter:
             self._tb.close()
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-
-
 def _row(line: str, path: Path) -> Optional[dict]:
     """A metrics row, or None (logged) for a line that is not one: the end of a row a crash cut short."""
     try:
