@@ -10,7 +10,7 @@ from aiayn.models.transformer import Transformer
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
 from aiayn.training.loss import label_smoothed_loss
-from aiayn.training.metrics import read_metrics
+from aiayn.plots.curves import read_metrics
 from aiayn.training.trainer import TrainingDiverged
 
 from training_helpers import make_trainer, batches, make_batch, reverse_pairs, tiny_config
