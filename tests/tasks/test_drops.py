@@ -4,6 +4,7 @@ once at WARNING and written into test_scores.json; the QA carve takes only the t
 import json
 import logging
 
+import pytest
 import torch
 
 from aiayn.models import build_model
@@ -128,3 +129,28 @@ def test_a_long_prompt_keeps_its_last_half_block_and_says_so(caplog):
         out = generator.generate("abcdefghab", max_new_tokens=3, method="greedy")
     assert out == generator.generate("ghab", max_new_tokens=3, method="greedy")  # the last half block, 4 tokens
     assert any("a prompt of 10 tokens: the first 6 dropped" in m for m in warnings(caplog))
+
+
+def test_a_translation_test_splits_empty_pairs_are_counted_in_the_report(tmp_path):
+    """Read through `examples` (not the cached `load`), the test split's empties were only logged."""
+    for split, lines in (("train", ["a b", "b c", "c d"]), ("test", ["a b", "", "b c"])):
+        (tmp_path / f"{split}.de").write_text("\n".join(lines) + "\n")
+        (tmp_path / f"{split}.en").write_text("\n".join(["x y", "y z", "z x"]) + "\n")
+    task = TranslationTask(load_config(None, [f'data.corpus="{tmp_path}"', 'data.vocab_type="symbols"', 'data.src_lang="de"',
+                                              'data.tgt_lang="en"', 'data.valid_split=""', 'data.test_split="test"',
+                                              "train.max_updates=1", 'decode.method="greedy"', "decode.max_len_b=2"]))
+    task.prepare(tmp_path / "run", SINGLE)
+    result = task.test(finished_model(task, tmp_path / "run" / "model"), "cpu")
+    assert result["dropped"] == {"empty": 1}
+
+
+def test_a_summarization_tsv_file_gives_no_test_pairs(tmp_path):
+    """One file is one split: read again as the test split, the test scored the training pairs."""
+    from aiayn.data.corpus import CorpusError
+
+    (tmp_path / "pairs.tsv").write_text("".join(f"a b c {w}\t{w}\n" for w in "defgh"))
+    task = summarization_task(tmp_path, 'data.format="parallel"', f'data.corpus="{tmp_path / "pairs.tsv"}"',
+                              'data.vocab_type="symbols"', 'data.valid_split=""', 'data.test_split="test"')
+    with pytest.raises(CorpusError, match="one TSV file holds one split, the training pairs, so it cannot also give "
+                                          "data.test_split = 'test'"):
+        task.prepare(tmp_path / "run", SINGLE)

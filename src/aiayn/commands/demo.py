@@ -13,7 +13,7 @@ from typing import Callable, Optional, Sequence
 HELP = "train a small Transformer on a synthetic task, offline, and decode held-out examples"
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.toml"
 N_TEST = 500  # held-out examples scored at the end
-TEST_SEED_OFFSET = 2  # synthetic splits: train seed, valid seed + 1, test seed + 2 (tasks.translation.read_text)
+TEST_SEED_OFFSET = 2  # synthetic splits: train seed, valid seed + 1, test seed + 2 (tasks.translation.synthetic_text)
 
 
 @dataclass

@@ -451,6 +451,20 @@ def translator_options(info: dict, model_dir: str | Path) -> dict:
     return options
 
 
+def refuse_one_file_for(data, splits: Sequence[str], data_dir: str = "") -> None:
+    """A corpus of one TSV file holds one split, the training pairs, and is read again whatever split is
+    asked for: `splits` (the names of the settings of the other splits the run reads from the corpus, e.g.
+    "test_split") must then be none, or the test would score the training pairs."""
+    from aiayn.data.corpus import CorpusError, resolve_source
+
+    _, one_file = resolve_source(data.corpus, data.train_split, (data.src_lang, data.tgt_lang), data_dir or None)
+    others = [f"data.{name} = {getattr(data, name)!r}" for name in splits]
+    if one_file and others:
+        raise CorpusError(f"{data.corpus}: one TSV file holds one split, the training pairs, so it cannot also give "
+                          f"{' and '.join(others)}: use a directory of {{split}}.{data.src_lang} / "
+                          f"{{split}}.{data.tgt_lang} files, or set those splits to \"\"")
+
+
 def apart(config, overrides: dict):
     """`config` for a source and a target vocabulary of their own (`data.joint_vocab = false`, or a
     `data.tokenizer` with one per side), which may be equal in size (sentencepiece fills each side

@@ -29,7 +29,7 @@ from typing import Sequence
 from aiayn.data.records import record_file
 from aiayn.metrics import ROUGE_TYPES
 from aiayn.tasks.pipeline import Route
-from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, carving, check, check_carve
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,15 @@ class SummarizationTask(Seq2SeqTask):
         if not carving(data, split):
             return self._read(split)
         return self._read(data.train_split).carve(split == data.valid_split, data.carve_fraction)
+
+    def check_test_split(self) -> None:
+        """As every task's, and a parallel corpus of one TSV file gives no validation pairs but by a carve,
+        and no test pairs (it would be read again: the test would score the training pairs)."""
+        data = self.data
+        if data.format == "parallel":
+            refuse_one_file_for(data, [name for name in ("valid_split", "test_split")
+                                       if getattr(data, name) and not carving(data, getattr(data, name))])
+        super().check_test_split()
 
     def _read(self, split: str) -> Examples:
         data = self.data

@@ -20,7 +20,7 @@ import torch
 
 from aiayn.data.preprocess import ParallelDataset, load_parallel
 from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, text_events
-from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
+from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
 __all__ = ["TranslationData", "TranslationTask", "TranslationPipeline", "read_text"]
@@ -255,7 +255,14 @@ class TranslationTask(Seq2SeqTask):
     pipeline = TranslationPipeline
 
     def examples(self, split: str) -> Examples:
-        return read_text(self.data, split, self.cfg.train.seed)
+        if self.data.corpus == "synthetic":
+            return synthetic_text(self.data, split, self.cfg.train.seed)
+        from aiayn.data.corpus import read_corpus
+
+        data = self.data
+        corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang), data_dir=data.data_dir or None)
+        self.drops.note(split, "empty", corpus.stats.n_empty, corpus.stats.n_read, "pairs with an empty side")
+        return Examples(list(corpus.src), [[t] for t in corpus.tgt])
 
     def load(self, split: str) -> ParallelDataset:
         """Token ids of `split`: through `load_parallel` and its cache, or the synthetic task's pairs."""
@@ -289,15 +296,10 @@ class TranslationTask(Seq2SeqTask):
         data = self.data
         if data.corpus == "synthetic":
             return
-        from aiayn.data.corpus import CorpusError, resolve_source
+        from aiayn.data.corpus import resolve_source
 
         langs = (data.src_lang, data.tgt_lang)
-        _, one_file = resolve_source(data.corpus, data.train_split, langs, data.data_dir or None)
-        others = [f"data.{name} = {getattr(data, name)!r}" for name in ("valid_split", "test_split") if getattr(data, name)]
-        if one_file and others:
-            raise CorpusError(f"{data.corpus}: one TSV file holds one split, the training pairs, so it cannot also give "
-                              f"{' and '.join(others)}: use a directory of {{split}}.{data.src_lang} / "
-                              f"{{split}}.{data.tgt_lang} files, or set those splits to \"\"")
+        refuse_one_file_for(data, [name for name in ("valid_split", "test_split") if getattr(data, name)], data.data_dir)
         if data.test_split:
             resolve_source(data.corpus, data.test_split, langs, data.data_dir or None)
 
@@ -316,16 +318,11 @@ class TranslationTask(Seq2SeqTask):
         return {"bleu": score.score, "detail": score.detail, "signature": score.signature}
 
 
-def read_text(data: TranslationData, split: str, seed: int) -> Examples:
-    """Raw sentence pairs of `split`: the corpus' text, or the synthetic task's."""
-    if data.corpus == "synthetic":
-        from aiayn.data.synthetic import synthetic_pairs
+def synthetic_text(data: TranslationData, split: str, seed: int) -> Examples:
+    """The synthetic task's pairs of `split`: train seed, valid seed + 1, test seed + 2."""
+    from aiayn.data.synthetic import synthetic_pairs
 
-        n, offset = (data.n_train, 0) if split == data.train_split else (data.n_valid, 1 if split == data.valid_split else 2)
-        pairs = synthetic_pairs(data.task, n, seed=seed + offset, n_symbols=data.n_symbols,
-                                min_len=data.min_len, max_len=data.max_len)
-        return Examples([s for s, _ in pairs], [[t] for _, t in pairs])
-    from aiayn.data.corpus import read_corpus
-
-    corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang), data_dir=data.data_dir or None)
-    return Examples(list(corpus.src), [[t] for t in corpus.tgt])
+    n, offset = (data.n_train, 0) if split == data.train_split else (data.n_valid, 1 if split == data.valid_split else 2)
+    pairs = synthetic_pairs(data.task, n, seed=seed + offset, n_symbols=data.n_symbols,
+                            min_len=data.min_len, max_len=data.max_len)
+    return Examples([s for s, _ in pairs], [[t] for _, t in pairs])
