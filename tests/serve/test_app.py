@@ -192,3 +192,36 @@ def test_keep_alive_outlasts_a_request_and_the_clients_pool_expiry(model_dir, li
 def test_keep_alive_must_be_a_positive_number_of_seconds(seconds):
     with pytest.raises(ValueError, match="keep-alive must be a positive number of seconds"):
         ServeLimits(keep_alive_s=seconds)
+
+
+@pytest.mark.parametrize("body, status, message", [
+    ({"q": "a", "source": "\ud800"}, 400, "\\ud800"),  # a lone surrogate echoed in the error: a plain-text 500
+    ({"q": "a", "alternatives": "²"}, 422, "alternatives must be a whole number"),  # isdigit, and int() refused it
+    ({"q": "a", "alternatives": "9" * 5000}, 422, "alternatives must be a whole number"),
+])
+def test_input_that_crashed_the_server_is_a_clear_4xx(client, body, status, message):
+    import json
+
+    response = client.post("/translate", content=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    assert response.status_code == status and message in response.json()["error"], response.text
+    form = client.post("/translate", data={"q": "a", "alternatives": body.get("alternatives", "0")})
+    assert form.status_code in (200, 422)  # the same field as form text: never a 500
+
+
+def test_starlettes_own_errors_health_probes_and_content_types(client):
+    assert client.get("/translate").json() == {"error": "Method Not Allowed"}  # was {"detail": ...}
+    assert client.get("/no/such/route").status_code == 404 and "error" in client.get("/no/such/route").json()
+    assert client.head("/health").status_code == 200  # a load balancer's HEAD probe was a 405
+    for media in ("Application/JSON", "application/vnd.api+json", "application/json; charset=UTF-8"):
+        response = client.post("/translate", content=b'{"q": "a b", "source": "de", "target": "en"}',
+                               headers={"Content-Type": media})
+        assert response.status_code == 200, (media, response.text)  # the body was ignored: "missing field q"
+
+
+def test_an_empty_api_key_field_leaves_the_bearer_header(model_dir):
+    """LibreTranslate's clients send api_key "" when they have none: it hid an Authorization header."""
+    app = create_app(model_dir, batching=BatchConfig(worker="thread"), limits=ServeLimits(api_key="k"))
+    with TestClient(app) as c:
+        body = {"q": "a b", "source": "de", "target": "en", "api_key": ""}
+        assert c.post("/translate", json=body, headers={"Authorization": "Bearer k"}).status_code == 200
+        assert c.post("/translate", json=body).status_code == 403

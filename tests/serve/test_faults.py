@@ -140,3 +140,21 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir, group):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_decoder_that_cannot_start_is_a_503_not_a_timeout(model_dir, live_server, tmp_path):
+    """Its model files gone from under the server, a restart fails: the request asking for it is answered
+    503 at once (it was retried in a loop, a new process each time, until it timed out: 504)."""
+    import shutil
+
+    directory = shutil.copytree(model_dir, tmp_path / "model")
+    service_app = create_app(directory, batching=BatchConfig(max_batch=8, timeout_s=30), limits=LIMITS)
+    url = live_server(service_app)
+    os.kill(service_app.state.service.worker.pid, signal.SIGKILL)
+    (directory / "model.safetensors").rename(directory / "aside")
+    body = {"text": ["a b"], "beam_size": 2, "max_len_b": 4}
+    answer = httpx.post(f"{url}/v1/translate", json=body, timeout=60)
+    assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", answer.text
+    assert httpx.get(f"{url}/v1/metrics").json()["worker_restarts"] == 1  # one try, not a loop
+    (directory / "aside").rename(directory / "model.safetensors")
+    assert httpx.post(f"{url}/v1/translate", json=body, timeout=60).status_code == 200  # the next one tries again

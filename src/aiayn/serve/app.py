@@ -230,6 +230,7 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
     if not dirs:
@@ -267,7 +268,12 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
                    "input": shorten(repr(x.get("input")))} for x in e.errors()[:MAX_ERRORS]]
         return JSONResponse({"error": "invalid request", "detail": detail}, status_code=422)
 
-    @app.get("/health")
+    @app.exception_handler(StarletteHTTPException)
+    async def http_problem(request, e: StarletteHTTPException):  # starlette's own 404 and 405: our error shape
+        return JSONResponse({"error": shorten(str(e.detail))}, status_code=e.status_code,
+                            headers=getattr(e, "headers", None))
+
+    @app.api_route("/health", methods=["GET", "HEAD"])  # a load balancer's probe may be either
     async def health():
         """What the server runs, and what the web page needs: the route it offers, whether a key is needed."""
         first = services[0]

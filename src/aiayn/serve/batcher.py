@@ -51,6 +51,11 @@ class Unavailable(Exception):
     """The decoder is gone (e.g. its worker process died): the requests it held fail with this."""
 
 
+class NotStarted(Unavailable):
+    """A new decoder could not be started (its model files changed under the server, say): the request
+    that asked for it is answered unavailable, and the next request tries again."""
+
+
 @dataclass(frozen=True)
 class BatchConfig:
     max_batch: int = 32  # texts decoded together
@@ -246,6 +251,9 @@ class DynamicBatcher:
         batching = self.session is not None and self.config.max_batch > 1  # max_batch 1: batching off
         try:
             session = self.session(head.options) if batching else None
+        except NotStarted as e:  # a 503 now: retried at once, it would fail again until the request timed out
+            self._unavailable([self._pop(head)], e)
+            return
         except Unavailable:
             return  # the decoder died before this request reached it: the next try starts its successor
         if session is not None:

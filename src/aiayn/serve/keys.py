@@ -134,4 +134,5 @@ class KeyRing:
 def given_key(request, fields: Mapping[str, Any]) -> Any:
     """The key a request sent: its `api_key` field, else an `Authorization: Bearer` header."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    return fields.get("api_key", token if scheme.lower() == "bearer" else None)
+    bearer = token if scheme.lower() == "bearer" else None
+    return fields.get("api_key") or bearer  # LibreTranslate's clients send api_key "" when they have none

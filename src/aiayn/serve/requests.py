@@ -33,9 +33,9 @@ async def request_fields(request, max_bytes: int) -> dict[str, Any]:
     for key in request.query_params:
         values = request.query_params.getlist(key)
         fields[key] = values if len(values) > 1 else values[0]
-    content_type = request.headers.get("content-type", "")
+    content_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     try:
-        if "application/json" in content_type:
+        if content_type == "application/json" or content_type.endswith("+json"):
             fields.update(parse_json_body(await bounded_body(request, max_bytes)))
         elif "form" in content_type:
             body = await bounded_body(request, max_bytes)
@@ -129,4 +129,5 @@ def shorten(message: str) -> str:
     """An error message cut to `MAX_ECHO` characters past its first hundred (which explain it), so a
     1 MB input never comes back as a 1 MB error; a float JSON cannot write is a string here too."""
     limit = 100 + MAX_ECHO
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")  # a lone surrogate echoed: no 500
     return message if len(message) <= limit else f"{message[:limit]}... ({len(message) - limit} characters cut)"

@@ -36,7 +36,7 @@ from typing import Any, Hashable, Iterator
 
 import torch  # noqa: F401  imported here so that the fork server imports it once for every worker
 
-from aiayn.serve.batcher import Unavailable
+from aiayn.serve.batcher import NotStarted, Unavailable
 from aiayn.tasks import RequestError
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class WorkerProcess:
                 try:
                     self._start()
                 except RuntimeError as e:  # the files changed under the server, say: a 503, and the next call tries again
-                    raise Unavailable(str(e)) from None
+                    raise NotStarted(str(e)) from None
             try:
                 self.conn.send(message)
             except OSError:

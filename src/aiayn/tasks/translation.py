@@ -120,7 +120,7 @@ class TranslationPipeline(TextPipeline):
         if "q" not in fields:
             raise RequestError("missing field q")
         n = fields.get("alternatives", 0)
-        n = int(n) if isinstance(n, str) and n.isdigit() else n  # a form or query field is text
+        n = int(n) if isinstance(n, str) and n.isascii() and n.isdigit() and len(n) < 5 else n  # a form field is text
         most = server.limits.max_beam - 1
         if type(n) is not int or not 0 <= n <= most:
             raise RequestError(f"alternatives must be a whole number from 0 to {most}, got {n!r}")
