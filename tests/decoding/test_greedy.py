@@ -75,3 +75,16 @@ def test_length_limit_without_eos():
     model = FakeModel({(): {A: 1.0}, (A,): {A: 1.0}, (A, A): {A: 1.0}, (A, A, A): {A: 1.0}})
     src = torch.tensor([[A, EOS_ID], [A, 0]])  # 2 and 1 source tokens
     assert greedy_search(model, src, max_len_a=1.0, max_len_b=1) == [[A, A, A], [A, A]]
+
+
+def test_the_output_limit_is_the_decimal_product():
+    """a·|src| + b in float32 came one short for decimal settings: 1.05 · 100 gave 104, 1.3 · 90 + 5 gave 121."""
+    from fractions import Fraction
+
+    from aiayn.decoding.common import max_output_length
+
+    for a in ("1.05", "1.3", "0.7", "1.1", "2.35"):
+        for b in (0, 5):
+            n = torch.arange(1, 1025)
+            want = [max(1, int(Fraction(a) * k + b)) for k in n.tolist()]  # exact: a as the decimal written
+            assert max_output_length(n, float(a), b).tolist() == want, a

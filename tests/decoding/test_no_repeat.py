@@ -92,3 +92,21 @@ def test_continuous_search_follows_the_rule_as_beam_search_alone():
 def test_a_negative_size_is_refused():
     with pytest.raises(ConfigError, match="no_repeat_ngram_size must be >= 0"):
         DecodeConfig(no_repeat_ngram_size=-1)
+
+
+def test_a_row_left_without_a_token_ends_in_every_search():
+    """After "a", min_len 3 bans EOS and no_repeat_ngram_size 1 bans "a", the only word: greedy search took
+    PAD, sampling drew from the whole vocabulary (PAD, BOS, a repeated "a"), beam search lost the sentence.
+    Now min_len gives way: every search ends after "a"."""
+    from aiayn.decoding.streaming import stream_search
+
+    table = {(): {A: 1.0}, (A,): {A: 0.5, EOS_ID: 0.5}}
+    cfg = DecodeConfig(beam_size=2, max_len_a=0.0, max_len_b=4, min_len=3, no_repeat_ngram_size=1)
+    assert greedy_search(FakeModel(table), SRC, 0.0, 4, min_len=3, no_repeat_ngram_size=1) == [[A]]
+    assert [h.tokens for h in beam_search(FakeModel(table), SRC, cfg)[0]] == [[A]]
+    for seed in range(5):
+        drawn = sample(FakeModel(table), SRC, SamplingConfig(), torch.Generator().manual_seed(seed), max_len_a=0.0,
+                       max_len_b=4, min_len=3, no_repeat_ngram_size=1)
+        assert drawn == [[A]], seed
+        streamed = stream_search(FakeModel(table), SRC, replace(cfg, method="sample"), SamplingConfig(), seed=seed)
+        assert list(streamed) == [A]

@@ -58,3 +58,15 @@ def test_text_pieces_join_into_the_text():
     assert pieces == ["Ein", " Hund", " läuft", "."] and "".join(pieces) == decode([4, 5, 6, 7])
     broken = lambda ids: "ab\ufffd" if len(ids) == 1 else "abc"  # noqa: E731  half a character at first
     assert list(text_pieces([1, 2], broken)) == ["abc"]
+
+
+def test_a_tokenizer_that_rewrites_sent_text_loses_nothing_after_it():
+    """Joining " n't" to "do" rewrote text already sent; every later piece was held back, the end too."""
+    pieces = {1: "do", 2: " ", 3: "n't", 4: " it"}
+
+    def decode(ids):
+        return "".join(pieces[i] for i in ids).replace(" n't", "n't")
+
+    out = list(text_pieces([1, 2, 3, 4], decode))
+    assert "".join(out).endswith("n't it") and out[-1] == " it"  # "do " was sent, then "n't", then " it"
+    assert "".join(out) == "do n't it"  # the space sent before the rewrite stays

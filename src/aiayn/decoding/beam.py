@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, DecodeConfig
-from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, output_limits
+from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, end_where_nothing_is_left_, output_limits
 from aiayn.decoding.interface import Decodable
 from aiayn.decoding.length_penalty import length_penalty
 
@@ -75,7 +75,9 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     """n-best lists (best first, `config.nbest` long) for each row of src (B, S).
 
     `config` defaults to `DecodeConfig()` (beam 4, GNMT α = 0.6, |src| + 50 tokens);
-    its `min_len` forbids EOS before that many tokens.
+    its `min_len` forbids EOS before that many tokens. With beam_size 1 this is not greedy search:
+    a finished hypothesis does not end the live one, which may still score higher (the doors send
+    beam_size 1 to `greedy_search`, as `DecodeConfig` says).
     """
     cfg = config or DecodeConfig()
     B = src.shape[0]
@@ -126,11 +128,14 @@ def advance(state: _State, logp: Tensor, cfg: DecodeConfig) -> tuple[_State, Ten
     V = logp.shape[-1]
     W = state.history.shape[2]
     t = W - state.start  # (B',) tokens so far in each sentence
+    eos = logp[:, EOS_ID].clone() if cfg.min_len and cfg.no_repeat_ngram_size else None  # (N,)
     if cfg.min_len:  # per sentence: a continuous search's sentences are at different steps
         logp[:, EOS_ID].masked_fill_((t < cfg.min_len).repeat_interleave(K), float("-inf"))
     if cfg.no_repeat_ngram_size:
         ban_repeated_ngrams_(logp, state.history.reshape(Bn * K, W), cfg.no_repeat_ngram_size,
                              state.start.repeat_interleave(K))
+    if eos is not None:
+        end_where_nothing_is_left_(logp, eos)
     cand = logp.view(Bn, K, V).add_(state.scores[:, :, None])  # (B', K, V), in place: no new (N, V)
     top_scores, top_flat = cand.view(Bn, K * V).topk(2 * K, dim=1)  # (B', 2K), best first
     top_beam, top_tok = top_flat // V, top_flat % V  # (B', 2K)

@@ -62,8 +62,10 @@ def pad_sources(sources: Sequence[Sequence[int]], pad_id: int, device: torch.dev
 
 
 def max_output_length(src_lengths: Tensor, a: float, b: int) -> Tensor:
-    """max(1, a·|src| + b) target tokens per sentence, EOS included. (B,) -> (B,) long."""
-    return (a * src_lengths.float() + b).long().clamp_(min=1)
+    """max(1, ⌊a·|src| + b⌋) target tokens per sentence, EOS included. (B,) -> (B,) long. In float64 and
+    with a hair of slack, so a decimal `a` gives what its decimal product does (1.05 · 100 is 105; in
+    float32 it came to 104)."""
+    return torch.floor(a * src_lengths.double() + b + 1e-9).long().clamp_(min=1)
 
 
 def output_limits(model, src: Tensor, max_len_a: float | None = None, max_len_b: int | None = None) -> Tensor:
@@ -93,6 +95,16 @@ def banned_tokens(device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """
     always = [PAD_ID, BOS_ID]
     return (torch.tensor(always, device=device), torch.tensor(always + [EOS_ID], device=device))
+
+
+def end_where_nothing_is_left_(scores: Tensor, eos: Tensor) -> Tensor:
+    """Give their EOS score `eos` (N,) back to the rows of `scores` (N, V) left without a token: min_len
+    bans EOS and no_repeat_ngram_size every word. Such an output cannot go on, so min_len gives way:
+    greedy search took PAD there, sampling drew from the whole vocabulary, and beam search lost the
+    sentence. In place; returns scores."""
+    dead = torch.isneginf(scores).all(-1)  # (N,)
+    scores[:, EOS_ID] = torch.where(dead, eos, scores[:, EOS_ID])
+    return scores
 
 
 def ban_repeated_ngrams_(scores: Tensor, history: Tensor, n: int, start: Tensor | None = None) -> Tensor:

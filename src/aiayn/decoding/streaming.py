@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, DecodeConfig, SamplingConfig
-from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, output_limits
+from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, end_where_nothing_is_left_, output_limits
 from aiayn.decoding.interface import Decodable
 from aiayn.decoding.sampling import sampling_probs
 
@@ -50,10 +50,12 @@ def stream_tokens(model: Decodable, src: Tensor, pick: Pick, max_len_a: float | 
     for t in range(limit):
         with torch.inference_mode():  # not across the yield: the caller's code runs outside it
             scores = model.step(token, state)  # (1, V)
+            eos = scores[:, EOS_ID].clone() if no_repeat_ngram_size and t < min_len else None  # (1,)
             if no_repeat_ngram_size:
                 ban_repeated_ngrams_(scores, torch.tensor([out], dtype=torch.long, device=src.device),
                                      no_repeat_ngram_size)
-            chosen = pick(scores.index_fill_(1, bans[int(t < min_len)], float("-inf")))
+            scores.index_fill_(1, bans[int(t < min_len)], float("-inf"))
+            chosen = pick(scores if eos is None else end_where_nothing_is_left_(scores, eos))
         if chosen == EOS_ID:
             return
         out.append(chosen)
@@ -79,16 +81,24 @@ def stream_search(model: Decodable, src: Tensor, decode: DecodeConfig, sampling:
 
 def text_pieces(tokens: Iterable[int], decode: Callable[[list[int]], str]) -> Iterator[str]:
     """The text of `tokens` in pieces, each the new end of `decode(tokens so far)`; joined, they are
-    `decode(all tokens)`. A piece is held back while the text so far ends in an incomplete
-    character (U+FFFD) or no longer starts with what was sent (a tokenizer that rewrites its end)."""
+    `decode(all tokens)`. A piece is held back while the text so far ends in an incomplete character
+    (U+FFFD). A tokenizer that rewrites text already sent (a cleanup rule joining " n't" to "do") cannot
+    be followed exactly: the stream goes on from where its text and the sent one part, so nothing after
+    the rewrite is lost, and the joined pieces keep what was sent before it ("do n't" for "don't")."""
     ids: list[int] = []
     sent = ""
     for token in tokens:
         ids.append(token)
         text = decode(ids)
-        if text.startswith(sent) and len(text) > len(sent) and not text.endswith("\ufffd"):
-            yield text[len(sent):]
+        if len(text) > len(sent) and not text.endswith("\ufffd"):
+            yield text[_common_prefix(sent, text):]
             sent = text
     text = decode(ids)
-    if text.startswith(sent) and len(text) > len(sent):
-        yield text[len(sent):]
+    if text != sent and len(text) >= len(sent):
+        yield text[_common_prefix(sent, text):]
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix of `a` and `b`."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
