@@ -82,7 +82,18 @@ def test_single_example_batches_that_do_not_divide_among_ranks_leave_the_last_ou
             shards = [s.batches(epoch) for s in samplers]
             assert [len(b) for b in shards] == [1, 1]
             assert not set(shards[0][0]) & set(shards[1][0])
-    assert "3 single-example batches do not divide among 2 processes: the last 1 are left out" in caplog.text
+    assert "3 single-example batches do not divide among 2 processes: 1 are left out" in caplog.text
+
+
+def test_the_examples_left_out_for_the_ranks_change_from_epoch_to_epoch():
+    """Sorted by length, the batches left out were always the last: the longest examples, every epoch."""
+    samplers = [TokenBucketSampler([2, 3, 4, 2, 3], [1] * 5, 5, rank=r, world_size=2) for r in range(2)]  # one a batch
+    left_out = set()
+    for epoch in range(20):
+        seen = {i for s in samplers for batch in s.batches(epoch) for i in batch}
+        assert len(seen) == 4
+        left_out |= set(range(5)) - seen
+    assert len(left_out) > 1  # not the one longest example (index 2) each time
 
 
 def test_padding_efficiency_hand_computed():

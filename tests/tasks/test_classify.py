@@ -70,7 +70,26 @@ def test_the_training_files_empty_texts_are_counted_once_under_a_carve(tmp_path)
                              'data.valid_split="tune"', "data.carve_fraction=0.2", "train.max_updates=1"])
     task = ClassifyTask(cfg)
     task.read("train"), task.read("tune")
-    assert task.drops.of("train") == {"empty": 2} and task.drops.of("tune") == {}
+    texts = phrase_file(100)
+    held = {texts[i] for i in carve(texts, 0.2)[1]}
+    phrases = sum(t not in held and any(t in word_spans(h) for h in held) for t in texts)  # left out of training
+    assert task.drops.of("train") == {"empty": 2, "phrase_of_held_out": phrases} and task.drops.of("tune") == {}
+
+
+def test_the_carve_counts_what_it_leaves_out_of_both_splits(tmp_path):
+    """The phrases of held-out sentences (out of training) and a held-out sentence's second copy (out of
+    validation) were only logged at INFO: nothing may be dropped uncounted."""
+    texts = phrase_file(100)
+    held = {texts[i] for i in carve(texts, 0.2)[1]}
+    twice = sorted(held)[0]
+    rows = [f"{t}\t{i % 2}" for i, t in enumerate(texts)] + [f"{twice}\t1"]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    cfg = load_config(None, ['task="classify"', 'model.type="encoder-only"', f'data.corpus="{tmp_path}"',
+                             'data.valid_split="tune"', "data.carve_fraction=0.2", "train.max_updates=1"])
+    task = ClassifyTask(cfg)
+    (train, _), (tune, _) = task.read("train"), task.read("tune")
+    assert task.drops.of("tune") == {"duplicate": 1} and len(tune) == len(held)
+    assert task.drops.of("train")["phrase_of_held_out"] == len(texts) + 1 - len(train) - len(held) - 1
 
 
 def write_data(directory, n=200):

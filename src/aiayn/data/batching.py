@@ -102,7 +102,7 @@ class TokenBucketSampler:
         if self.sort_by_length:
             order = order[np.lexsort((self.tgt_lens[order], self.src_lens[order]))]  # stable: ties keep random order
         batches = _pack(order, self.src_lens, self.tgt_lens, self.max_tokens)
-        batches = _split_to_multiple(batches, self.world_size)
+        batches = _split_to_multiple(batches, self.world_size, rng if self.shuffle else None)
         if self.shuffle and self.sort_by_length:  # unsorted batches are in random order already
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches
@@ -123,18 +123,21 @@ def _pack(order: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tok
     return batches
 
 
-def _split_to_multiple(batches: list[list[int]], k: int) -> list[list[int]]:
+def _split_to_multiple(batches: list[list[int]], k: int, rng: np.random.Generator | None = None) -> list[list[int]]:
     """Split the largest batches in two until len(batches) % k == 0 (a half never costs more). When
-    every batch is down to one example, the last len % k are left out of this epoch, with a warning, as
-    DistributedSampler's drop_last does (another epoch's order leaves out others)."""
+    every batch is down to one example, len % k of them are left out of this epoch, with a warning, as
+    DistributedSampler's drop_last does: drawn by `rng`, so each epoch leaves out others (the last ones,
+    still sorted by length, were the longest examples every epoch); the last ones without it."""
     while len(batches) % k:
         j = max(range(len(batches)), key=lambda b: len(batches[b]))
         big = batches[j]
         if len(big) < 2:
             extra = len(batches) % k
-            log.warning("%d single-example batches do not divide among %d processes: the last %d are left out "
-                        "of this epoch", len(batches), k, extra)
-            return batches[:-extra]
+            log.warning("%d single-example batches do not divide among %d processes: %d are left out of this "
+                        "epoch", len(batches), k, extra)
+            out = set(rng.choice(len(batches), extra, replace=False).tolist()) if rng is not None else set(
+                range(len(batches) - extra, len(batches)))
+            return [b for i, b in enumerate(batches) if i not in out]
         batches[j:j + 1] = [big[: len(big) // 2], big[len(big) // 2:]]
     return batches
 

@@ -169,6 +169,7 @@ def cache_key(files: Sequence[Path], is_tsv: bool, strict: bool, tokenizers: Tok
 def tokenize_files(files: Sequence[Path], is_tsv: bool, tokenizers: TokenizerPair,
                    cache_dir: Optional[str | Path] = None, strict: bool = False) -> ParallelDataset:
     """Read and tokenize `files` (a pair, or one TSV), or load the result from the cache."""
+    stamps = [_stamp(f) for f in files]  # before the key hashes the bytes: a change after this is seen below
     path = Path(cache_dir or default_cache_dir()) / "preprocessed" / f"{cache_key(files, is_tsv, strict, tokenizers)}.npz"
     if path.is_file():
         try:
@@ -178,7 +179,6 @@ def tokenize_files(files: Sequence[Path], is_tsv: bool, tokenizers: TokenizerPai
             return ds
         except ValueError as e:
             log.warning("ignoring bad cache entry: %s; tokenizing again", e)
-    stamps = [_stamp(f) for f in files]
     ds = ParallelDataset.from_corpus(read_files(files, is_tsv, strict), tokenizers)
     if [_stamp(f) for f in files] != stamps:  # the key hashed other bytes than these pairs came from
         log.warning("%s changed while being read: its pairs are used but not cached", ", ".join(map(str, files)))

@@ -272,8 +272,20 @@ class ClassifyTask:
             self.drops.note(split, "empty", n_empty, n_empty + len(texts), f"{path}: empty texts")
         if not carved_now:
             return texts, labels
+        self._note_carve(split, path, texts, train, held)
         keep = held if split == data.valid_split else train
         return [texts[i] for i in keep], [labels[i] for i in keep]
+
+    def _note_carve(self, split: str, path: Path, texts: list[str], train: list[int], held: list[int]) -> None:
+        """What the carve leaves out of both splits, counted: the phrases of held-out sentences (out of
+        training) and the copies of a held-out sentence beyond its first (out of validation)."""
+        held_texts = {texts[i] for i in held}
+        copies = sum(text in held_texts for text in texts)  # the held-out sentences with their copies
+        if split == self.data.valid_split:
+            self.drops.note(split, "duplicate", copies - len(held), copies, f"{path}: copies of held-out texts")
+        else:
+            self.drops.note(split, "phrase_of_held_out", len(texts) - len(train) - copies, len(texts),
+                            f"{path}: phrases of the texts held out as {self.data.valid_split}")
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
         t, data = time.monotonic(), self.data

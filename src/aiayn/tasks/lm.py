@@ -274,8 +274,13 @@ class LMTask:
         return epoch
 
     def valid_data(self) -> list[Blocks]:
-        """Every non-overlapping block of the validation tokens, in order."""
+        """Every non-overlapping block of the validation tokens, in order (as nanoGPT's and
+        `benchmarks/lm_vs_nanogpt.py`'s evaluation read them); the targets after the last whole block,
+        fewer than a block, are not scored, and their number is logged."""
         starts = np.arange((len(self.valid_ids) - 1) // self.block) * self.block
+        if (tail := (len(self.valid_ids) - 1) % self.block) and len(starts):
+            log.info("validation: the last %d of %d target tokens, after the last whole block of %d, are not scored",
+                     tail, len(self.valid_ids) - 1, self.block)
         batches = [starts[i:i + self.rows] for i in range(0, len(starts), self.rows)]  # the last may be short
         return [blocks(self.valid_ids, b[None], self.block)[0] for b in batches]
 
