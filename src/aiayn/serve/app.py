@@ -13,7 +13,9 @@ through the batcher to the pipeline's `run`, `session` or `stream`, in a worker 
 (`serve.worker`) unless `BatchConfig.worker` is "thread". A handler that answers with an async
 iterator of events (`"stream": true`) is sent as server-sent events.
 
-Fields come as a JSON body, form fields or query parameters. With api keys (`--api-key`, or
+Fields come as a JSON body, form fields or query parameters; form and query values are text, so
+numbers, true/false and one-text lists come typed in JSON only (LibreTranslate's `/translate` reads
+its `alternatives` from text too; the native `/v1/...` routes take JSON). With api keys (`--api-key`, or
 `--api-keys FILE` with limits per key: `serve.keys`), every route that runs the model checks the
 key, sent as the `api_key` field (body, form or query) or an `Authorization: Bearer` header.
 
