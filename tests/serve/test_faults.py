@@ -156,5 +156,8 @@ def test_a_decoder_that_cannot_start_is_a_503_not_a_timeout(model_dir, live_serv
     answer = httpx.post(f"{url}/v1/translate", json=body, timeout=60)
     assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", answer.text
     assert httpx.get(f"{url}/v1/metrics").json()["worker_restarts"] == 1  # one try, not a loop
+    health = httpx.get(f"{url}/health")  # a load balancer sends elsewhere meanwhile ("ok" before)
+    assert health.status_code == 503 and health.json()["status"] == "unavailable"
     (directory / "aside").rename(directory / "model.safetensors")
     assert httpx.post(f"{url}/v1/translate", json=body, timeout=60).status_code == 200  # the next one tries again
+    assert httpx.get(f"{url}/health").json()["status"] == "ok"

@@ -277,14 +277,18 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
 
     @app.api_route("/health", methods=["GET", "HEAD"])  # a load balancer's probe may be either
     async def health():
-        """What the server runs, and what the web page needs: the route it offers, whether a key is needed."""
+        """What the server runs, and what the web page needs: the route it offers, whether a key is needed.
+        A 503 while a decoder that died could not be started again: a load balancer then sends elsewhere."""
         first = services[0]
-        return {"status": "ok", "task": first.task, "model": str(first.model_dir), "backend": first.backend,
+        down = {str(s.model_dir): s.worker.start_failed for s in services if s.worker.start_failed}
+        body = {"status": "unavailable" if down else "ok", **({"unavailable": down} if down else {}),
+                "task": first.task, "model": str(first.model_dir), "backend": first.backend,
                 "routes": list(dict.fromkeys(r.path for _, r in routes)), "command": first.pipeline.command,
                 "needs_key": bool(keys), "form": page_form([r for _, r in routes]),
                 "languages": [list(pair) for pair in directions],
                 "models": [{"model": str(s.model_dir), "task": s.task, "routes": [r.path for r in s.pipeline.routes],
                             "directions": [list(p) for p in s.pipeline.directions()]} for s in services]}
+        return JSONResponse(body, status_code=503) if down else body
 
     def snapshot() -> dict:
         return {"models": {str(s.model_dir): s.snapshot() for s in services},

@@ -47,6 +47,8 @@ START_TIMEOUT_S = 300.0  # a worker that has not loaded its model by then is kil
 class PipelineRunner:
     """A loaded pipeline as the batcher calls it (options as a sorted tuple of (name, value))."""
 
+    start_failed = None  # it never restarts (see `WorkerProcess.start_failed`)
+
     def __init__(self, pipeline):
         self.pipeline = pipeline
 
@@ -69,6 +71,7 @@ class WorkerProcess:
         self.args = (str(model_dir), device, backend, dict(options or {}))
         self.conn = self.process = None
         self.restarts = 0
+        self.start_failed: str | None = None  # why the last restart failed, until one succeeds (/health says so)
         self.lock = threading.RLock()  # `close` may come from another thread than the calls
         self._start()
 
@@ -149,7 +152,9 @@ class WorkerProcess:
                 try:
                     self._start()
                 except RuntimeError as e:  # the files changed under the server, say: a 503, and the next call tries again
+                    self.start_failed = str(e)
                     raise NotStarted(str(e)) from None
+                self.start_failed = None
             try:
                 self.conn.send(message)
             except OSError:
