@@ -86,6 +86,7 @@ def test_a_config_file_that_is_not_utf8_names_its_line(tmp_path):
     (GOOD, ["data.vocab_type=wordpiece"], "data.vocab_type must be one of"),
     (GOOD, ["train.max_updates=ten"], "train.max_updates must be an integer, got 'ten'"),
     (GOOD, ["train.keep_last=2", "train.average_last=5"], "average_last .5. cannot exceed"),
+    (GOOD, ["train.keep_last=5", "train.average_last=3", 'train.final="best"'], "average_last does not apply"),
     (GOOD, ["max_updates=3"], "--set expects section.key=value"),
     ("[train\nmax_updates = 1", [], "c.toml: invalid TOML"),
 ])

@@ -107,3 +107,19 @@ def test_gradcheck():
     logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
     target = torch.tensor([1, 0, 6, 2, 0])
     assert torch.autograd.gradcheck(lambda z: label_smoothed_loss(z, target, 0.1, PAD).loss, (logits,))
+
+
+def test_a_non_finite_logit_at_a_pad_position_stays_out_of_the_loss_and_its_gradient():
+    """Pad rows were multiplied by 0, and 0 · inf is NaN: the whole update was skipped as non-finite."""
+    logits = torch.randn(3, 6, requires_grad=True)
+    target = torch.tensor([4, 0, 5])  # the middle row is padding
+    clean = label_smoothed_loss(logits, target, 0.1, 0).loss
+    clean.backward()
+    want = logits.grad.clone()
+    spoiled = logits.detach().clone()
+    spoiled[1] = float("inf")
+    spoiled.requires_grad_(True)
+    sums = label_smoothed_loss(spoiled, target, 0.1, 0)
+    sums.loss.backward()
+    assert torch.equal(sums.loss.detach(), clean.detach()) and torch.isfinite(sums.nll)
+    assert torch.equal(spoiled.grad, want)

@@ -155,6 +155,8 @@ class RunConfig:
         _check(self.final in ("last", "best"), f"train.final must be 'last' or 'best', got {self.final!r}")
         _check(self.average_last <= self.keep_last,
                f"train.average_last ({self.average_last}) cannot exceed train.keep_last ({self.keep_last})")
+        _check(self.average_last == 1 or self.final == "last",
+               "train.final = 'best' takes the best checkpoint alone: train.average_last does not apply")
 
 
 SECTIONS: Mapping[str, type] = MappingProxyType({

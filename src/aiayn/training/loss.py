@@ -67,7 +67,8 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         ctx.save_for_backward(logits, target, lse, keep)
         ctx.epsilon, ctx.pad_id = epsilon, pad_id
         ctx.mark_non_differentiable(nll)
-        return (loss * keep).sum(), (nll * keep).sum()
+        real = keep.bool()  # selected, not multiplied: a non-finite logit at a pad position (0 · inf) stays out
+        return torch.where(real, loss, 0.0).sum(), torch.where(real, nll, 0.0).sum()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
@@ -77,7 +78,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad.sub_(eps / (V - 1))  # - q on the uniform part ...
         grad[:, pad_id] += eps / (V - 1)  # ... which skips pad
         grad.scatter_add_(1, target.unsqueeze(1), torch.full_like(lse, eps - 1.0).unsqueeze(1))  # - (1-ε) at y
-        grad.mul_((keep * grad_loss).unsqueeze(1))  # pad rows get no gradient
+        grad.masked_fill_(~keep.bool().unsqueeze(1), 0.0).mul_(grad_loss)  # pad rows get no gradient, not even NaN
         return grad, None, None, None, None
 
 

@@ -232,11 +232,16 @@ class Trainer:
     def fit(self) -> FitResult:
         """Train until a budget in `run` is spent, patience runs out or a signal arrives.
 
-        A resumed run whose budget is already spent changes nothing (no update, no save, no
-        model directory rewrite) and returns with stop_reason "already_finished"."""
+        A resumed run whose budget is already spent changes nothing (no update, no save) and returns
+        with stop_reason "already_finished"; its model directory is written only where a crash came
+        between the last checkpoint and it (missing, or older than that checkpoint)."""
         self._t0 = time.monotonic() - self.state.elapsed
         if (done := self.finished()) is not None:
             log.info("the run already finished (%s) at update %d: nothing to do", done, self.state.step)
+            if self.dist.is_main and self._model_dir_stale():
+                log.warning("%s is missing or older than the last checkpoint (a crash between them): written now",
+                            self.run_dir / ckpt.MODEL_DIR)
+                self.write_model_dir()
             self.metrics.close()
             return FitResult(self.state, "already_finished")
         self._last_save_time = self._elapsed()
@@ -252,6 +257,7 @@ class Trainer:
                     raise ValueError(f"epoch {epoch} has no training batches")
                 if self.state.batch_index >= n:  # resumed with fewer batches an epoch (more processes): it is over
                     self.state.epoch, self.state.batch_index = epoch + 1, 0
+                    reason = self._stop_reason()  # max_epochs may have been reached there
                     continue
                 self._epoch_batches = n
                 while reason is None and self.state.epoch == epoch:  # _after_update ends the epoch
@@ -293,6 +299,7 @@ class Trainer:
                 self.save()
             else:  # the checkpoints keep the last finite weights; the next updates are skipped, then stop
                 log.warning("update %d: the weights are not finite; the checkpoint due now is not written", s.step)
+        s.elapsed = self._elapsed()  # the validation's time counts toward max_minutes, saved or not
         return valid
 
     def _weights_finite(self) -> bool:
@@ -410,6 +417,11 @@ class Trainer:
             self.task.save_extras(tmp)
         return out
 
+    def _model_dir_stale(self) -> bool:
+        """Whether RUN_DIR/model is missing or older than the newest checkpoint (each is written by a rename)."""
+        out, last = self.run_dir / ckpt.MODEL_DIR, ckpt.latest_checkpoint(self.ckpt_root)
+        return not out.is_dir() or (last is not None and out.stat().st_mtime_ns < last.stat().st_mtime_ns)
+
     def _final_checkpoints(self) -> list[Path]:
         """The checkpoints the final model comes from; empty = the weights in memory."""
         best = self.ckpt_root / ckpt.BEST
@@ -419,6 +431,9 @@ class Trainer:
             log.warning("train.final = 'best', but no validation ran: the final model is the last weights")
             return []
         last = ckpt.list_checkpoints(self.ckpt_root)[-self.run.average_last:]
+        if len(last) < self.run.average_last:  # a run shorter than the saves it was to average
+            log.warning("train.average_last = %d, but %d checkpoint(s) are there to average", self.run.average_last,
+                        len(last))
         return last if self.run.average_last > 1 else []
 
     # -- feedback ---------------------------------------------------------------------------
