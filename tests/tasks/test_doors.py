@@ -151,3 +151,37 @@ def test_a_bad_task_json_is_one_line_naming_its_path(tmp_path, capsys, task, com
     assert main([command, str(directory), "-i", str(tmp_path / "in.txt")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"{directory / message}" in err and len(err.splitlines()) == 1, err
+
+
+def test_stdin_reads_as_a_file_does_a_bom_and_dash_included(tmp_path, capsys, monkeypatch):
+    """A BOM was dropped from -i FILE but not from stdin (classify then scored another text), and -i - was
+    "file not found", where -o - is stdout."""
+    import io
+    import sys
+
+    directory = tiny_model(tmp_path / "m", "classify")
+    text = "\ufeffa b c\nd e\n"
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    from_file = cli(capsys, "classify", directory, "-i", tmp_path / "in.txt")
+    for flags in ([], ["-i", "-"]):
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8")), encoding="utf-8"))
+        assert cli(capsys, "classify", directory, *flags) == from_file, flags
+
+
+def test_generate_over_http_takes_the_default_prompt(tmp_path):
+    """A new line is GenerateRequest's (and the CLI's) prompt: HTTP refused it as empty."""
+    from aiayn.data.tokenizer import CharTokenizer
+
+    directory = tiny_model(tmp_path / "m", "lm", tokenizer=CharTokenizer.from_text("ab c\n"))
+    assert http(directory, "/v1/generate", {"method": "greedy", "max_new_tokens": 3})["text"] == \
+        load_pipeline(directory)(["\n"], method="greedy", max_new_tokens=3)[0]
+    words = tiny_model(tmp_path / "w", "lm")  # symbols: no new line to start an empty prompt from
+    with TestClient(create_app(words)) as client:
+        refused = client.post("/v1/generate", json={})
+    assert refused.status_code == 422 and "no new line to start from" in refused.json()["error"]  # was a 500
+
+
+def test_one_answer_names_the_flag_it_misses(tmp_path, capsys):
+    directory = tiny_model(tmp_path / "m", "qa")
+    assert main(["answer", str(directory), "--context", "a b"]) == 2
+    assert "--question is missing" in capsys.readouterr().err

@@ -107,3 +107,28 @@ def test_generate_refuses_sampling_settings_under_greedy_and_an_unknown_method()
             generator.stream("abc", **{"max_new_tokens": 3, **bad})
         with pytest.raises(ValueError):
             generator.tokens("abc", **{"max_new_tokens": 3, **bad})
+
+
+def test_a_continuation_keeps_the_space_a_word_piece_starts_with():
+    """Decoded alone, sentencepiece drops a continuation's leading "▁": "hello" + "park" came out as
+    "hellopark" through every door. Now it is the text that follows the prompt, stream and whole alike."""
+    import random
+
+    from aiayn.data.tokenizer import SentencePieceTokenizer
+    from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+    rng = random.Random(0)
+    words = ["park", "hello", "world", "tree", "stone", "river", "light"]
+    tok = SentencePieceTokenizer.train([" ".join(rng.choice(words) for _ in range(8)) for _ in range(300)],
+                                       vocab_size=300)
+    torch.manual_seed(0)
+    model = DecoderOnly(DecoderOnlyConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32))
+    gen = Generator(model, tok)
+    prompt = "hello"
+    for seed in range(8):
+        ids = list(gen.tokens(prompt, 6, "sample", seed))
+        whole = tok.decode(tok.encode(prompt) + ids)
+        assert gen.generate(prompt, 6, "sample", seed) == whole[len(tok.decode(tok.encode(prompt))):]
+        assert "".join(gen.stream(prompt, 6, "sample", seed)) == gen.generate(prompt, 6, "sample", seed)
+    park = tok.encode("park")  # ["▁park"]: a word start
+    assert tok.decode(park) == "park" and gen._continuation(prompt)(park) == " park"  # after "hello": a new word

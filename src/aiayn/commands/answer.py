@@ -25,14 +25,19 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from aiayn.tasks import one_line
+
     one = args.context is not None or args.question is not None
-    if one and (args.input is not None or args.context is None or args.question is None):
+    if one and args.input is not None:
         raise ValueError("give --context and --question, or -i FILE (JSON lines), not both")
+    if one and (args.context is None or args.question is None):
+        raise ValueError(f"--{'question' if args.question is None else 'context'} is missing: one answer needs "
+                         "--context and --question")
     if args.output is not None:
         door.check_writable(args.output)
     pipeline = door.load(args, own_command=True, **translate.pipeline_options(args))
     if one:
         prediction = pipeline([(args.context, args.question)], **translate.translate_kwargs(args))[0]
-        door.write_lines(args.output, [pipeline.text(prediction) + "\n"])
+        door.write_lines(args.output, [one_line(pipeline.text(prediction)) + "\n"])  # one answer, one line
         return 0
     return door.run_lines(args, pipeline, translate.translate_kwargs(args), index_option="first_index")

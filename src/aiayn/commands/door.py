@@ -112,10 +112,11 @@ def chomp(line: str) -> str:
 
 
 def stdin_lines():
-    """stdin as text the way `read_lines` reads a file: UTF-8 with invalid bytes replaced, "\n" ends a line."""
+    """stdin as text the way `read_lines` reads a file: UTF-8 (a BOM dropped) with invalid bytes replaced,
+    "\n" ends a line."""
     import io
 
-    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
+    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8-sig", errors="replace", newline="\n")  # a BOM dropped
 
 
 def parse(pipeline, lines: list[str], where: str, first: int = 0) -> list:
@@ -162,7 +163,7 @@ def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = N
     `format_line(index, input, output)` replaces the pipeline's; `index_option` names the option
     that tells the pipeline the line number of a chunk's first line (seeded sampling)."""
     fmt = format_line or (lambda i, given, out: pipeline.format_line(given, out))
-    if args.input is not None:
+    if args.input not in (None, "-"):  # -i - is stdin, as -o - is stdout
         inputs = parse(pipeline, read_lines(args.input), args.input)
         outputs = answer(pipeline, inputs, options)
         write_lines(args.output, [fmt(i, x, y) + "\n" for i, (x, y) in enumerate(zip(inputs, outputs))])

@@ -74,7 +74,7 @@ class TextTranslator:
         """
         decode, sampling = self.settings(overrides, nbest)
         results: list[NBest] = [[("", 0.0)] for _ in sentences]
-        sources = self._encode(sentences)
+        sources = self._encode(sentences, first_index)
         if progress is not None and len(sources) < len(sentences):
             progress(len(sentences) - len(sources))  # blank lines are done already
         for batch, found in self._decode_batches(sources, decode, sampling, first_index):
@@ -97,15 +97,17 @@ class TextTranslator:
         """(indices of a batch, per index its (token ids, score) list, best first), batch by batch."""
         raise NotImplementedError
 
-    def _encode(self, sentences: Sequence[str]) -> dict[int, list[int]]:
+    def _encode(self, sentences: Sequence[str], first_index: int = 0) -> dict[int, list[int]]:
         """Index -> source ids + EOS of each non-blank sentence, cut to `max_input_tokens` at the
-        `keep` end; one warning per call counts the sources that were cut."""
+        `keep` end; one warning per call counts the sources that were cut, naming the first by its
+        line in the whole input (`first_index`: the line of sentences[0], a chunk of stdin's)."""
         limit = self.max_input_tokens
         ids = {i: input_tokens(self.tokenizers.src, s) for i, s in enumerate(sentences) if s.strip()}
         cut = [i for i, x in ids.items() if limit is not None and len(x) + 1 > limit]
         if cut:
             log.warning("%d of %d sources truncated to %d tokens (the %s kept), e.g. line %d: %.40r...", len(cut),
-                        len(ids), limit, "beginning" if self.keep == "start" else "end", cut[0] + 1, sentences[cut[0]])
+                        len(ids), limit, "beginning" if self.keep == "start" else "end", first_index + cut[0] + 1,
+                        sentences[cut[0]])
         return {i: source_ids(x, limit, self.keep) for i, x in ids.items()}
 
     def settings(self, overrides: dict, nbest: int | None = None) -> tuple[DecodeConfig, SamplingConfig]:

@@ -37,6 +37,7 @@ from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, label_smoothed_loss
 
 log = logging.getLogger(__name__)
+JOIN_CONTEXT = 8  # prompt tokens a continuation is decoded after (`Generator._continuation`)
 
 
 @dataclass(frozen=True)
@@ -138,12 +139,13 @@ class Generator(Pipeline):
         except ValueError as e:
             raise RequestError(str(e)) from None
         r = GenerateRequest(**fields)
-        check_texts(r.prompt, server.limits, "prompt")
+        check_texts(r.prompt, server.limits, "prompt", blank_ok=True)  # GenerateRequest's own default is "\n"
         if type(r.max_new_tokens) is not int or not 1 <= r.max_new_tokens <= self.max_new_tokens_limit:
             raise RequestError(f"max_new_tokens must be a whole number from 1 to {self.max_new_tokens_limit}")
         options = {k: v for k, v in dataclasses.asdict(r).items() if k not in ("prompt", "stream")}
         try:
             self.sampler(**options)  # before a stream starts: a bad setting is a 422, not a broken stream
+            self.prompt_ids(r.prompt)
         except (TypeError, ValueError) as e:
             raise RequestError(str(e)) from None
         if r.stream:
@@ -154,7 +156,7 @@ class Generator(Pipeline):
                  method: str = GenerateRequest.method, seed: int | None = None,
                  **sampling) -> str:
         """The prompt's continuation (without the prompt). `sampling`: temperature, top_k, top_p."""
-        return self.tokenizer.decode(list(self.tokens(prompt, max_new_tokens, method, seed, **sampling)))
+        return self._continuation(prompt)(list(self.tokens(prompt, max_new_tokens, method, seed, **sampling)))
 
     def stream(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
                method: str = GenerateRequest.method, seed: int | None = None,
@@ -162,7 +164,20 @@ class Generator(Pipeline):
         """`generate`'s text in pieces, as it is generated; joined, they are what `generate` returns."""
         from aiayn.decoding.streaming import text_pieces
 
-        return text_pieces(self.tokens(prompt, max_new_tokens, method, seed, **sampling), self.tokenizer.decode)
+        return text_pieces(self.tokens(prompt, max_new_tokens, method, seed, **sampling), self._continuation(prompt))
+
+    def _continuation(self, prompt: str) -> Callable[[list[int]], str]:
+        """decode(continuation ids) as the text that follows `prompt`: decoded after the prompt's last
+        tokens and cut after them, so that a sentencepiece word start ("▁park") keeps the space that
+        decoding it alone drops ("hello" + "park")."""
+        head = self.tokenizer.encode(prompt)[-JOIN_CONTEXT:]
+        before = self.tokenizer.decode(head)
+
+        def decode(ids: list[int]) -> str:
+            text = self.tokenizer.decode(head + list(ids))
+            return text[len(before):] if text.startswith(before) else self.tokenizer.decode(list(ids))
+
+        return decode
 
     def sampler(self, max_new_tokens: int = GenerateRequest.max_new_tokens,
                 method: str = GenerateRequest.method, seed: int | None = None, **sampling):
@@ -185,15 +200,23 @@ class Generator(Pipeline):
                method: str = GenerateRequest.method, seed: int | None = None,
                **sampling) -> Iterator[int]:
         """The ids of the prompt's continuation, one at a time, window after window (see the class).
-        The settings are checked here, before the first id is asked for."""
-        return self._tokens(prompt, max_new_tokens, self.sampler(max_new_tokens, method, seed, **sampling))
+        The settings and the prompt are checked here, before the first id is asked for."""
+        pick = self.sampler(max_new_tokens, method, seed, **sampling)
+        return self._tokens(self.prompt_ids(prompt), max_new_tokens, pick)
 
-    def _tokens(self, prompt: str, max_new_tokens: int, pick) -> Iterator[int]:
+    def prompt_ids(self, prompt: str) -> list[int]:
+        """The prompt's ids, verbatim, white space included: a language model trained on running text
+        continues a prompt's trailing space (the other tasks' inputs are stripped, as their training lines
+        were: input_tokens). An empty prompt starts from a new line, where the vocabulary has one."""
+        ids = self.tokenizer.encode(prompt) or self.tokenizer.encode("\n")[:1]
+        if not ids:
+            raise RequestError("the prompt is empty, and this model's vocabulary has no new line to start from: "
+                               "give a prompt")
+        return ids
+
+    def _tokens(self, ids: list[int], max_new_tokens: int, pick) -> Iterator[int]:
         from aiayn.decoding.streaming import stream_tokens
 
-        # verbatim, white space included: a language model trained on running text continues a prompt's
-        # trailing space (the other tasks' inputs are stripped, as their training lines were: input_tokens)
-        ids = self.tokenizer.encode(prompt) or [self.tokenizer.encode("\n")[0]]
         device = next(self.model.parameters()).device
         block = self.model.config.max_positions if self.model.max_output_length is not None else None
         if block is not None and len(ids) >= block:

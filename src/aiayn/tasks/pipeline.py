@@ -55,12 +55,13 @@ class InputLimits:
     max_chars: int = 2000
 
 
-def check_texts(value: Any, limits: InputLimits, field: str) -> list[str]:
-    """A string or a non-empty list of strings, within the limits -> a list of strings."""
+def check_texts(value: Any, limits: InputLimits, field: str, blank_ok: bool = False) -> list[str]:
+    """A string or a non-empty list of strings, within the limits -> a list of strings; all blank is
+    refused unless `blank_ok` (a language model's prompt: a new line starts a text)."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
         raise RequestError(f"{field} must be a non-empty string or a non-empty list of strings")
-    if not any(t.strip() for t in items):
+    if not blank_ok and not any(t.strip() for t in items):
         raise RequestError(f"{field} is empty")
     if len(items) > limits.max_texts:
         raise RequestError(f"{len(items)} texts in one request; at most {limits.max_texts}", 413)
