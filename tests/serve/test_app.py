@@ -225,3 +225,21 @@ def test_an_empty_api_key_field_leaves_the_bearer_header(model_dir):
         body = {"q": "a b", "source": "de", "target": "en", "api_key": ""}
         assert c.post("/translate", json=body, headers={"Authorization": "Bearer k"}).status_code == 200
         assert c.post("/translate", json=body).status_code == 403
+
+
+def test_cors_lets_the_named_origins_call_from_a_browser(model_dir):
+    """A LibreTranslate client in a web page of another origin sends a preflight OPTIONS first: it was a 405,
+    with no Access-Control-Allow-Origin on any answer. Off unless asked for."""
+    origin = "https://example.org"
+    preflight = {"Origin": origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"}
+    body = {"q": "a b", "source": "de", "target": "en"}
+    for origins, allowed in (((origin,), True), ((), False)):
+        app = create_app(model_dir, batching=BatchConfig(worker="thread"), limits=ServeLimits(cors_origins=origins))
+        with TestClient(app) as c:
+            asked = c.options("/translate", headers=preflight)
+            answered = c.post("/translate", json=body, headers={"Origin": origin})
+        assert answered.status_code == 200
+        assert (asked.status_code == 200) == allowed
+        assert (answered.headers.get("access-control-allow-origin") == origin) == allowed
+    with pytest.raises(ValueError, match="CORS origin"):
+        ServeLimits(cors_origins=("",))

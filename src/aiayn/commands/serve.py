@@ -42,6 +42,9 @@ def add_arguments(p) -> None:
     p.add_argument("--receive-timeout", type=float, default=_L.receive_timeout_s,
                    help=f"seconds a client has to send a whole request; a connection still sending then is closed "
                         f"(default: {_L.receive_timeout_s:g})")
+    p.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                   help="a web page's origin (https://example.org) that may call the API from a browser, repeatable; "
+                        "* for any (default: none, as the same-origin page at / needs none)")
     p.add_argument("--worker", choices=("process", "thread"), default=_B.worker,
                    help=f"where the model decodes: a worker process of its own (restarted if it dies) or a thread of "
                         f"the HTTP process (default: {_B.worker})")
@@ -65,7 +68,7 @@ def run(args) -> int:
     batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout, args.worker)
     keys = tuple(read_api_keys(args.api_keys).items()) if args.api_keys else ()
     limits = ServeLimits(max_chars=args.max_chars, api_key=args.api_key, api_keys=keys, keep_alive_s=args.keep_alive,
-                         receive_timeout_s=args.receive_timeout)
+                         receive_timeout_s=args.receive_timeout, cors_origins=tuple(args.cors_origin or ()))
     options = {k: v for k, v in (("precision", args.precision), ("quantize", args.quantize)) if v is not None}
     device = str(door.device(args, args.quantize))
     serve(args.model, args.host, args.port, device, batching, limits, args.backend, options)

@@ -259,6 +259,11 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     app.state.service, app.state.services = services[0], services
     responses: Counter = Counter()
     app.add_middleware(StatusCounts, counts=responses)
+    if limits.cors_origins:  # a browser page elsewhere (a LibreTranslate client) may call; preflights answered
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(limits.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"])
 
     @app.exception_handler(RequestError)
     async def problem(request, e: RequestError):

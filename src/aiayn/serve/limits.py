@@ -25,6 +25,7 @@ class ServeLimits(InputLimits):
     max_len_b: int = 256
     api_key: str = ""  # "" = no key needed (unless api_keys); any key sent is ignored
     api_keys: tuple = ()  # ((key, KeyLimits), ...): keys with limits of their own (`serve.keys.read_api_keys`)
+    cors_origins: tuple = ()  # web pages of these origins ("*": any) may call the API, as LibreTranslate's do
     # An idle keep-alive connection stays open this long; it must exceed the request timeout. uvicorn
     # can arm its keep-alive timer after the next request on a connection has already arrived (its
     # issues #1637, #2097); the timer then cuts that request off unanswered when it fires. With
@@ -50,6 +51,8 @@ class ServeLimits(InputLimits):
             raise ValueError(f"the keep-alive must be a positive number of seconds, got {self.keep_alive_s}")
         if not 0 < self.receive_timeout_s < float("inf"):
             raise ValueError(f"the receive timeout must be a positive number of seconds, got {self.receive_timeout_s}")
+        if not all(isinstance(o, str) and o for o in self.cors_origins):
+            raise ValueError(f"each CORS origin must be a non-empty string, got {self.cors_origins!r}")
         for name in ("max_texts", "max_chars", "max_beam", "max_len_b"):  # 0 or less would refuse every request
             value = getattr(self, name)
             if type(value) is not int or value < 1:
