@@ -204,9 +204,7 @@ class TransformerConfig(RecurrenceOptions):
         for key, fixed in SPECIAL_IDS.items():
             if key in data and data.pop(key) != fixed:
                 raise ConfigError(f"{key} must be {fixed}: special ids are fixed (aiayn.config.SPECIAL_IDS)")
-        known = known_fields(cls, data, "model config")
-        check_types(cls, known)
-        return cls(**known)
+        return cls(**known_fields(cls, data, "model config"))  # __post_init__ checks the types
 
 
 # Only differences from the base defaults above. `big` is Table 3's "big" row

@@ -131,4 +131,4 @@ def test_a_continuation_keeps_the_space_a_word_piece_starts_with():
         assert gen.generate(prompt, 6, "sample", seed) == whole[len(tok.decode(tok.encode(prompt))):]
         assert "".join(gen.stream(prompt, 6, "sample", seed)) == gen.generate(prompt, 6, "sample", seed)
     park = tok.encode("park")  # ["▁park"]: a word start
-    assert tok.decode(park) == "park" and gen._continuation(prompt)(park) == " park"  # after "hello": a new word
+    assert tok.decode(park) == "park" and gen._continuation(tok.encode(prompt))(park) == " park"  # after "hello": a new word

@@ -107,6 +107,19 @@ def end_where_nothing_is_left_(scores: Tensor, eos: Tensor) -> Tensor:
     return scores
 
 
+def restrict_(scores: Tensor, bans: tuple[Tensor, Tensor], before_min_len: bool, no_repeat_ngram_size: int = 0,
+              history: Tensor | None = None) -> Tensor:
+    """Ban, in place, what may not come next in a step of rows at one position (greedy search, a stream):
+    PAD and BOS, EOS `before_min_len` (`bans`: `banned_tokens()`), and with `no_repeat_ngram_size` what
+    would repeat an n-gram of `history` (N, W); a row left with nothing gets its EOS back
+    (`end_where_nothing_is_left_`). Beam search bans per sentence (`beam.advance`). Returns scores."""
+    eos = scores[:, EOS_ID].clone() if no_repeat_ngram_size and before_min_len else None  # (N,)
+    if no_repeat_ngram_size:
+        ban_repeated_ngrams_(scores, history, no_repeat_ngram_size)
+    scores.index_fill_(1, bans[int(before_min_len)], float("-inf"))
+    return scores if eos is None else end_where_nothing_is_left_(scores, eos)
+
+
 def ban_repeated_ngrams_(scores: Tensor, history: Tensor, n: int, start: Tensor | None = None) -> Tensor:
     """Set to -inf, in place, each row's scores (N, V) for the tokens that would repeat an n-gram
     its history (N, W) already holds: the token after each earlier occurrence of the row's last

@@ -13,8 +13,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
-from aiayn.decoding.common import (ban_repeated_ngrams_, banned_tokens, end_where_nothing_is_left_, max_output_length,
-                                    output_limits)
+from aiayn.decoding.common import banned_tokens, max_output_length, output_limits, restrict_
 from aiayn.decoding.interface import Decodable
 
 __all__ = ["greedy_search", "decode_rows", "max_output_length"]
@@ -47,12 +46,9 @@ def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | 
     row_limits, bans = limits, banned_tokens(src.device)
     for t in range(steps):
         scores = model.step(tokens, state)  # (N, V)
-        eos = scores[:, EOS_ID].clone() if no_repeat_ngram_size and t < min_len else None  # (N,)
-        if no_repeat_ngram_size:  # rows already ended get PAD for a history, so they keep a token to draw
-            history = out[rows, :t].masked_fill_(~alive[:, None], PAD_ID)  # (N, t)
-            ban_repeated_ngrams_(scores, history, no_repeat_ngram_size)
-        scores.index_fill_(1, bans[int(t < min_len)], float("-inf"))
-        tokens = pick(scores if eos is None else end_where_nothing_is_left_(scores, eos), rows)  # (N,)
+        # rows already ended get PAD for a history, so they keep a token to draw
+        history = out[rows, :t].masked_fill_(~alive[:, None], PAD_ID) if no_repeat_ngram_size else None  # (N, t)
+        tokens = pick(restrict_(scores, bans, t < min_len, no_repeat_ngram_size, history), rows)  # (N,)
         out[rows, t] = tokens
         alive &= (tokens != EOS_ID) & (row_limits > t + 1)
         if t % 8 == 7:  # a host sync every few steps only

@@ -12,13 +12,14 @@ caller may stop iterating at any step: nothing is decoded after the token it las
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Iterable, Iterator
 
 import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, DecodeConfig, SamplingConfig
-from aiayn.decoding.common import ban_repeated_ngrams_, banned_tokens, end_where_nothing_is_left_, output_limits
+from aiayn.decoding.common import banned_tokens, output_limits, restrict_
 from aiayn.decoding.interface import Decodable
 from aiayn.decoding.sampling import sampling_probs
 
@@ -50,12 +51,8 @@ def stream_tokens(model: Decodable, src: Tensor, pick: Pick, max_len_a: float | 
     for t in range(limit):
         with torch.inference_mode():  # not across the yield: the caller's code runs outside it
             scores = model.step(token, state)  # (1, V)
-            eos = scores[:, EOS_ID].clone() if no_repeat_ngram_size and t < min_len else None  # (1,)
-            if no_repeat_ngram_size:
-                ban_repeated_ngrams_(scores, torch.tensor([out], dtype=torch.long, device=src.device),
-                                     no_repeat_ngram_size)
-            scores.index_fill_(1, bans[int(t < min_len)], float("-inf"))
-            chosen = pick(scores if eos is None else end_where_nothing_is_left_(scores, eos))
+            history = torch.tensor([out], dtype=torch.long, device=src.device) if no_repeat_ngram_size else None
+            chosen = pick(restrict_(scores, bans, t < min_len, no_repeat_ngram_size, history))
         if chosen == EOS_ID:
             return
         out.append(chosen)
@@ -91,14 +88,8 @@ def text_pieces(tokens: Iterable[int], decode: Callable[[list[int]], str]) -> It
         ids.append(token)
         text = decode(ids)
         if len(text) > len(sent) and not text.endswith("\ufffd"):
-            yield text[_common_prefix(sent, text):]
+            yield text[len(os.path.commonprefix([sent, text])):]
             sent = text
     text = decode(ids)
     if text != sent and len(text) >= len(sent):
-        yield text[_common_prefix(sent, text):]
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix of `a` and `b`."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
+        yield text[len(os.path.commonprefix([sent, text])):]

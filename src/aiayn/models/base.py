@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from aiayn.config import ConfigError, check_types, known_fields
+from aiayn.config import ConfigError, known_fields
 from aiayn.io import atomic_write
 
 CONFIG_FILE, WEIGHTS_FILE = "config.json", "model.safetensors"
@@ -43,9 +43,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> Any:
-        known = known_fields(cls, dict(data), "model config")
-        check_types(cls, known)
-        return cls(**known)
+        return cls(**known_fields(cls, dict(data), "model config"))  # __post_init__ checks the types
 
     @property
     def width(self) -> int:

@@ -156,7 +156,8 @@ class Generator(Pipeline):
                  method: str = GenerateRequest.method, seed: int | None = None,
                  **sampling) -> str:
         """The prompt's continuation (without the prompt). `sampling`: temperature, top_k, top_p."""
-        return self._continuation(prompt)(list(self.tokens(prompt, max_new_tokens, method, seed, **sampling)))
+        tokens, decode = self._generation(prompt, max_new_tokens, method, seed, **sampling)
+        return decode(list(tokens))
 
     def stream(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
                method: str = GenerateRequest.method, seed: int | None = None,
@@ -164,13 +165,21 @@ class Generator(Pipeline):
         """`generate`'s text in pieces, as it is generated; joined, they are what `generate` returns."""
         from aiayn.decoding.streaming import text_pieces
 
-        return text_pieces(self.tokens(prompt, max_new_tokens, method, seed, **sampling), self._continuation(prompt))
+        return text_pieces(*self._generation(prompt, max_new_tokens, method, seed, **sampling))
 
-    def _continuation(self, prompt: str) -> Callable[[list[int]], str]:
-        """decode(continuation ids) as the text that follows `prompt`: decoded after the prompt's last
+    def _generation(self, prompt: str, max_new_tokens: int, method: str, seed: int | None,
+                    **sampling) -> tuple[Iterator[int], Callable[[list[int]], str]]:
+        """(the continuation's ids as they come, their decoder as the text after the prompt): the
+        settings and the prompt checked, the prompt encoded once."""
+        pick = self.sampler(max_new_tokens, method, seed, **sampling)
+        ids = self.prompt_ids(prompt)
+        return self._tokens(ids, max_new_tokens, pick), self._continuation(ids)
+
+    def _continuation(self, prompt_ids: list[int]) -> Callable[[list[int]], str]:
+        """decode(continuation ids) as the text that follows the prompt: decoded after the prompt's last
         tokens and cut after them, so that a sentencepiece word start ("▁park") keeps the space that
         decoding it alone drops ("hello" + "park")."""
-        head = self.tokenizer.encode(prompt)[-JOIN_CONTEXT:]
+        head = prompt_ids[-JOIN_CONTEXT:]
         before = self.tokenizer.decode(head)
 
         def decode(ids: list[int]) -> str:
@@ -201,8 +210,7 @@ class Generator(Pipeline):
                **sampling) -> Iterator[int]:
         """The ids of the prompt's continuation, one at a time, window after window (see the class).
         The settings and the prompt are checked here, before the first id is asked for."""
-        pick = self.sampler(max_new_tokens, method, seed, **sampling)
-        return self._tokens(self.prompt_ids(prompt), max_new_tokens, pick)
+        return self._generation(prompt, max_new_tokens, method, seed, **sampling)[0]
 
     def prompt_ids(self, prompt: str) -> list[int]:
         """The prompt's ids, verbatim, white space included: a language model trained on running text

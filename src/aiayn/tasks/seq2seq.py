@@ -163,6 +163,16 @@ class Seq2SeqTask:
         ex = self.examples(split)
         return ParallelDataset.from_ids(self.tokenizers.src.encode_batch(ex.src), self.tokenizers.tgt.encode_batch(ex.tgt))
 
+    def read_pairs(self, split: str, data_dir: str = "", clean: Callable[[str], str] = str) -> Examples:
+        """The pairs of `split` in `data.corpus` (a directory of {split}.{lang} files or one TSV file),
+        each side through `clean`; the pairs with an empty side are counted (`Drops`)."""
+        from aiayn.data.corpus import read_corpus
+
+        data = self.data
+        corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang), data_dir=data_dir or None)
+        self.drops.note(split, "empty", corpus.stats.n_empty, corpus.stats.n_read, "pairs with an empty side")
+        return Examples([clean(s) for s in corpus.src], [[clean(t)] for t in corpus.tgt])
+
     def check_test_split(self) -> None:
         """A missing test split is an error now, not after the training."""
         if self.data.test_split:

@@ -108,11 +108,7 @@ class SummarizationTask(Seq2SeqTask):
     def _read(self, split: str) -> Examples:
         data = self.data
         if data.format == "parallel":
-            from aiayn.data.corpus import read_corpus
-
-            corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang))
-            self.drops.note(split, "empty", corpus.stats.n_empty, corpus.stats.n_read, "pairs with an empty side")
-            return Examples([flatten(s) for s in corpus.src], [[flatten(t)] for t in corpus.tgt])
+            return self.read_pairs(split, clean=flatten)
         from aiayn.data.records import read_jsonl
 
         path = record_file(data.corpus, split)

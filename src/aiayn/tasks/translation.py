@@ -257,12 +257,7 @@ class TranslationTask(Seq2SeqTask):
     def examples(self, split: str) -> Examples:
         if self.data.corpus == "synthetic":
             return synthetic_text(self.data, split, self.cfg.train.seed)
-        from aiayn.data.corpus import read_corpus
-
-        data = self.data
-        corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang), data_dir=data.data_dir or None)
-        self.drops.note(split, "empty", corpus.stats.n_empty, corpus.stats.n_read, "pairs with an empty side")
-        return Examples(list(corpus.src), [[t] for t in corpus.tgt])
+        return self.read_pairs(split, self.data.data_dir)
 
     def load(self, split: str) -> ParallelDataset:
         """Token ids of `split`: through `load_parallel` and its cache, or the synthetic task's pairs."""
