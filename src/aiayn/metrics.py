@@ -30,16 +30,17 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Collection, Sequence, Union
 
 References = Sequence[Union[str, Sequence[str]]]  # one reference, or several, per hypothesis
 
-LOWER_IS_BETTER = frozenset({"nll", "loss", "ppl", "babi_mean_error", "babi_failed_tasks"})  # all others: higher
+LOSS_METRICS = ("nll", "loss", "ppl")  # what every validation reports, whatever the task; lower is better
 
 
-def higher_is_better(name: str) -> bool:
-    """Whether a larger value of the metric `name` (as validation reports it) is better."""
-    return name not in LOWER_IS_BETTER
+def higher_is_better(name: str, lower_is_better: Collection[str] = ()) -> bool:
+    """Whether a larger value of the metric `name` (as validation reports it) is better: not for the
+    losses, nor for the metrics a task lists in its `lower_is_better` (bAbI's error rate)."""
+    return name not in LOSS_METRICS and name not in lower_is_better
 
 
 @dataclass(frozen=True)

@@ -170,15 +170,26 @@ def test_best_by_a_task_metric_becomes_the_final_model(tmp_path):
     assert not all(torch.equal(p, q.cpu()) for p, q in zip(final.parameters(), trainer.model.parameters()))
 
 
-def test_a_lower_is_better_task_metric_picks_its_lowest_validation(tmp_path):
-    # bAbI's mean error: the best checkpoint is the validation with the lowest error (the second here)
+@pytest.mark.parametrize("lower, best_step, best_score", [(("word_error",), 2, -10.0), ((), 1, 30.0)])
+def test_the_task_says_which_metrics_are_lower_is_better(tmp_path, lower, best_step, best_score):
+    # an error rate the task lists in lower_is_better: the lowest validation (the second) is the best;
+    # a metric it does not list counts as higher-is-better (the first)
     errors = iter([30.0, 10.0, 20.0])
     trainer = make_trainer(Transformer(tiny_config()), OPTIM,
-                           run_config(max_updates=3, validate_every=1, best_metric="babi_mean_error"),
+                           run_config(max_updates=3, validate_every=1, best_metric="word_error"),
                            tmp_path, epoch_data(), valid_data=batches(1, 4, seed=9),
-                           metrics=lambda m: {"babi_mean_error": next(errors)})
+                           metrics=lambda m: {"word_error": next(errors)}, lower_is_better=lower)
     trainer.fit()
-    assert trainer.state.best_step == 2 and trainer.state.best_score == -10.0
+    assert trainer.state.best_step == best_step and trainer.state.best_score == best_score
+
+
+def test_each_task_lists_its_lower_is_better_metrics_among_its_metrics():
+    from aiayn.tasks import TASKS, task_class
+
+    for name in TASKS:
+        task = task_class(name)
+        assert set(getattr(task, "lower_is_better", ())) <= set(task.metrics), name
+    assert set(task_class("qa").lower_is_better) == {"babi_mean_error", "babi_failed_tasks"}
 
 
 def test_a_nan_metric_is_a_validation_that_did_not_improve(tmp_path):

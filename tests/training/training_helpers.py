@@ -34,8 +34,9 @@ class Seq2SeqTask:
     """The trainer's view of a task, for hand-made batches: the label-smoothed loss,
     optional extra validation metrics, nothing to add to a model directory."""
 
-    def __init__(self, label_smoothing: float, metrics: Callable[[object], dict] | None = None):
-        self.label_smoothing, self.metrics = label_smoothing, metrics
+    def __init__(self, label_smoothing: float, metrics: Callable[[object], dict] | None = None,
+                 lower_is_better: tuple[str, ...] = ()):
+        self.label_smoothing, self.metrics, self.lower_is_better = label_smoothing, metrics, lower_is_better
 
     def loss(self, model, batch):
         return label_smoothed_loss(model(batch.src, batch.tgt_in), batch.tgt_out, self.label_smoothing, PAD_ID)
@@ -51,10 +52,10 @@ class Seq2SeqTask:
 
 
 def make_trainer(model, optim: OptimConfig, run, run_dir, train_data, valid_data=None, metrics=None,
-                 dist=SINGLE) -> Trainer:
+                 dist=SINGLE, lower_is_better: tuple[str, ...] = ()) -> Trainer:
     lr_at = lr_function(run.schedule, model.config.d_model, optim.warmup_steps, optim.lr_factor)
-    return Trainer(model, Seq2SeqTask(optim.label_smoothing, metrics), optim, run, run_dir, train_data, lr_at,
-                   valid_data=valid_data, dist=dist)
+    return Trainer(model, Seq2SeqTask(optim.label_smoothing, metrics, lower_is_better), optim, run, run_dir,
+                   train_data, lr_at, valid_data=valid_data, dist=dist)
 
 
 def tiny_config(**overrides) -> TransformerConfig:

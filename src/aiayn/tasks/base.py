@@ -40,6 +40,7 @@ class Task(Protocol):
     pipeline: type  # its inference door (`aiayn.tasks.pipeline.Pipeline`), built from a model directory
     tokenizers: Any  # the run's `TokenizerPair` once prepared (`train.init_from` compares it); None without text
     metrics: tuple[str, ...]  # what `validate` may report besides nll, loss and ppl (train.best_metric's choices)
+    lower_is_better: tuple[str, ...]  # those of `metrics` where a smaller value wins (an error rate); others: larger
 
     # -- data: how examples are read and batched ------------------------------------------
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:

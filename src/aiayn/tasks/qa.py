@@ -128,6 +128,7 @@ class QA(TextPipeline):
 class QATask(Seq2SeqTask):
     name = "qa"
     metrics = ("exact_match", "f1", "babi_mean_error", "babi_failed_tasks")  # the last two for bAbI
+    lower_is_better = ("babi_mean_error", "babi_failed_tasks")
     data_config = QAData
     pipeline = QA
     keep = "end"

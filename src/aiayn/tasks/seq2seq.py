@@ -92,6 +92,7 @@ class Examples:
 class Seq2SeqTask:
     name = ""
     metrics: tuple[str, ...] = ()  # the names `scores` gives
+    lower_is_better: tuple[str, ...] = ()  # those of them where a smaller value wins
     data_config: type = TextPairSettings
     pipeline: type = Pipeline  # a `TextPipeline` subclass
     keep = "start"  # which end of an over-long source survives truncation ("end": the question)
@@ -110,7 +111,7 @@ class Seq2SeqTask:
         raise NotImplementedError
 
     def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
-        """Validation metrics of `hyps` (higher is better unless `metrics.LOWER_IS_BETTER` lists the name)."""
+        """Validation metrics of `hyps` (higher is better unless `lower_is_better` lists the name)."""
         raise NotImplementedError
 
     def report(self, hyps: list[str], examples: Examples) -> dict:

@@ -28,6 +28,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types, did_you_mean
 from aiayn.io import atomic_write, read_utf8
+from aiayn.metrics import LOSS_METRICS
 from aiayn.models import DEFAULT_MODEL_TYPE
 from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
 
@@ -123,7 +124,7 @@ class RunConfig:
     bleu: bool = True  # text-to-text tasks: decode the validation sources greedily and score them (BLEU, ROUGE, ...)
     patience: int = 0  # stop after this many validations without a better loss; 0 = off
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
-    best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" or a task metric (aiayn.metrics.higher_is_better says which way wins)
+    best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" or a task metric (the task's lower_is_better says which way wins)
     final: str = "last"  # RUN_DIR/model: "last" (the mean of the last average_last) or "best" (the best checkpoint)
     init_from: str = ""  # a model directory whose weights start a fresh run (same names and shapes; e.g. MLM -> classifier)
     max_bad_updates: int = 10  # stop after this many non-finite updates in a row
@@ -189,7 +190,7 @@ class TrainConfig:
         """train.best_metric names what validation will report: a typo is refused now, not at the first
         validation, hours in. A task from outside that does not declare its `metrics` is checked then."""
         metrics = getattr(task_class(self.task), "metrics", None)
-        known = ["nll", "loss", "ppl", *(metrics or ())]
+        known = [*LOSS_METRICS, *(metrics or ())]
         _check(metrics is None or self.train.best_metric in known,
                f"train.best_metric = {self.train.best_metric!r}: task {self.task!r} validates "
                f"{', '.join(known)}{did_you_mean([self.train.best_metric], known, 'train.best_metric = ')}")

@@ -379,13 +379,14 @@ class Trainer:
         return row
 
     def _score(self, row: dict) -> float:
-        """train.best_metric in `row`, as a score where higher is better (`metrics.higher_is_better`)."""
+        """train.best_metric in `row`, as a score where higher is better (the task's `lower_is_better`
+        names the metrics where the smaller value wins)."""
         from aiayn.metrics import higher_is_better
 
         metric = self.run.best_metric
         if metric not in row:
             return 0.0  # no validation on this rank, or an unknown metric (`validate` raises, on every rank)
-        return row[metric] if higher_is_better(metric) else -row[metric]
+        return row[metric] if higher_is_better(metric, getattr(self.task, "lower_is_better", ())) else -row[metric]
 
     # -- checkpoints ------------------------------------------------------------------------
     def save(self, name: Optional[str] = None) -> Optional[Path]:
