@@ -4,22 +4,44 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.training.loss import class_smoothed_loss, label_smoothed_loss
 
 PAD = 0
 
 
 def brute_force(logits, target, eps, pad):
-    """Σ over non-pad positions of -Σ_k q(k) log p(k), q built entry by entry."""
+    """Σ over non-pad positions of -Σ_k q(k) log p(k), q built entry by entry (pad None: no pad class)."""
     V = logits.shape[-1]
+    classes = V if pad is None else V - 1
     total = 0.0
     for row, y in zip(logits.reshape(-1, V), target.reshape(-1).tolist()):
         if y == pad:
             continue
         logp = torch.log_softmax(row.double(), -1)
-        q = [0.0 if k == pad else eps / (V - 1) + (1 - eps) * (k == y) for k in range(V)]
+        q = [0.0 if k == pad else eps / classes + (1 - eps) * (k == y) for k in range(V)]
         total -= sum(qk * float(lp) for qk, lp in zip(q, logp))
     return total
+
+
+def test_class_smoothing_spreads_epsilon_over_every_class():
+    # logits [2, 0], gold 0, ε 0.1: q = [0.95, 0.05]
+    sums = class_smoothed_loss(torch.tensor([[2.0, 0.0]]), torch.tensor([0]), 0.1)
+    log_p0, log_p1 = 2 - math.log(math.exp(2) + 1), -math.log(math.exp(2) + 1)
+    assert float(sums.loss) == pytest.approx(-(0.95 * log_p0 + 0.05 * log_p1))
+    assert float(sums.nll) == pytest.approx(-log_p0) and sums.n_tokens == 1
+    torch.manual_seed(4)
+    scores, targets = torch.randn(6, 3), torch.randint(0, 3, (6,))
+    assert float(class_smoothed_loss(scores, targets, 0.2).loss) == pytest.approx(
+        brute_force(scores, targets, 0.2, None), rel=1e-5)
+
+
+def test_class_smoothing_is_the_token_mixture_without_a_pad_class():
+    """The sequence loss with a pad column that takes no probability equals the classifier's on the rest."""
+    torch.manual_seed(5)
+    scores, targets = torch.randn(6, 4), torch.randint(0, 4, (6,))
+    with_pad = torch.cat([torch.full((6, 1), -1e4), scores], dim=1)  # (B, 1 + C), pad id 0
+    assert float(label_smoothed_loss(with_pad, targets + 1, 0.1, PAD).loss) == pytest.approx(
+        float(class_smoothed_loss(scores, targets, 0.1).loss), rel=1e-5)
 
 
 def test_matches_brute_force_target_distribution():

@@ -28,7 +28,6 @@ from typing import Callable, ClassVar, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from aiayn.config import PAD_ID, UNK_ID, ConfigError
 from aiayn.data.batching import LazyBatches
@@ -43,7 +42,7 @@ from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, carving, check_carve, check_positive
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums, add_ponder_cost, ponder_weight
+from aiayn.training.loss import LossSums, add_ponder_cost, class_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
 
@@ -361,10 +360,8 @@ class ClassifyTask:
     # -- training -------------------------------------------------------------------------------
     def loss(self, model, batch: TextBatch) -> LossSums:
         scores, ponder = model(batch.tokens, head="classify", with_ponder=True)  # through forward, for DDP
-        scores = scores.float()  # (B, C)
-        loss = F.cross_entropy(scores, batch.targets, reduction="sum", label_smoothing=self.cfg.optim.label_smoothing)
-        nll = F.cross_entropy(scores.detach(), batch.targets, reduction="sum")
-        return add_ponder_cost(LossSums(loss, nll, batch.targets.numel()), ponder, ponder_weight(model))
+        sums = class_smoothed_loss(scores, batch.targets, self.cfg.optim.label_smoothing)  # scores (B, C)
+        return add_ponder_cost(sums, ponder, ponder_weight(model))
 
     def n_targets(self, batch: TextBatch) -> int:
         return batch.targets.numel()
