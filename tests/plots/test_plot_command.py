@@ -115,3 +115,44 @@ def test_complexity_arrays_and_bad_input(run_dir, tmp_path):
     (tmp_path / "bytes.json").write_bytes(b'{"rows": \xff}\n')  # a decode error that named no file before
     with pytest.raises(ValueError, match=r"bytes.json:1: invalid UTF-8"):
         plot_complexity(tmp_path / "bytes.json")
+
+
+def _plot_args(*argv):
+    return build_parser().parse_args(["plot", *argv, "-o", "unused.png"])
+
+
+def test_plot_flags_reach_the_plot_and_their_absence_leaves_its_defaults():
+    from aiayn.commands.plot import _figure
+
+    def scaling(*flags):
+        return _figure(_plot_args("scaling", "--max-dk", "8", *flags), {"size": (320, 240)})[1]
+
+    default, seven = scaling(), scaling("--seed", "7")
+    np.testing.assert_array_equal(default["d_k"], [1, 2, 4, 8])
+    np.testing.assert_array_equal(scaling("--seed", "0")["var_qk"], default["var_qk"])  # the plot's seed
+    assert not np.array_equal(seven["var_qk"], default["var_qk"])
+    masks = _figure(_plot_args("mask"), {"size": (320, 240)})[1]
+    np.testing.assert_array_equal(masks["lengths"], [5, 3, 7])
+    assert masks["causal"].shape == (6, 6)
+
+
+@pytest.mark.parametrize("kind, flag, function, param", [
+    ("positional", "--length", "plot_positional", "length"), ("positional", "--dims", "plot_positional", "dims"),
+    ("mask", "--lengths", "plot_masks", "lengths"), ("mask", "--tgt-len", "plot_masks", "tgt_len"),
+    ("scaling", "--seed", "plot_scaling", "seed"), ("scaling", "--max-dk", "plot_scaling", "dims"),
+])
+def test_plot_help_names_the_plot_functions_own_defaults(kind, flag, function, param):
+    """The flags have no defaults of their own (None: the function's holds); their help texts say the
+    function's default, and must keep saying it."""
+    import inspect
+    import re
+
+    from aiayn import plots
+
+    parser = build_parser()._subparsers._group_actions[0].choices["plot"]
+    action = next(a for a in parser._subparsers._group_actions[0].choices[kind]._actions if flag in a.option_strings)
+    assert action.default is None
+    said = re.search(r"default (\S+?)\)", action.help).group(1)
+    default = inspect.signature(getattr(plots, function)).parameters[param].default
+    shown = str(max(default)) if param == "dims" and kind == "scaling" else ",".join(map(str, np.atleast_1d(default)))
+    assert said == shown

@@ -41,12 +41,12 @@ def add_arguments(p) -> None:
     door.add_device_argument(a)
     a.add_argument("--max-len-b", type=int, help=f"at most |source| + B output tokens (default: the model directory's task.json, else {DecodeConfig().max_len_b}, §6.1)")
     q = parsers["positional"]
-    q.add_argument("--length", type=int, default=100, help="positions to draw (default 100)")
+    q.add_argument("--length", type=int, help="positions to draw (default 100)")
     q.add_argument("--d-model", type=int, help="encoding size (default: the paper's d_model)")
-    q.add_argument("--dims", type=_int_list, default=None, help="dimensions for the curves, e.g. 4,5,6,7")
+    q.add_argument("--dims", type=_int_list, help="dimensions for the curves (default 4,5,6,7)")
     m = parsers["mask"]
-    m.add_argument("--lengths", type=_int_list, default=[5, 3, 7], help="source lengths of the batch (default 5,3,7)")
-    m.add_argument("--tgt-len", type=int, default=6, help="target length for the causal mask (default 6)")
+    m.add_argument("--lengths", type=_int_list, help="source lengths of the batch (default 5,3,7)")
+    m.add_argument("--tgt-len", type=int, help="target length for the causal mask (default 6)")
     s = parsers["schedule"]
     s.add_argument("--config", help="training config (TOML in recipes/); its d_model/warmup/factor are used")
     s.add_argument("--d-model", type=int, help="d_model (default: config or paper)")
@@ -61,8 +61,8 @@ def add_arguments(p) -> None:
     parsers["complexity"].add_argument("results", help="a file holding the --json output of "
                                                        "benchmarks/layer_complexity.py (its last line)")
     sc = parsers["scaling"]
-    sc.add_argument("--max-dk", type=int, default=1024, help="largest d_k (powers of two from 1; default 1024)")
-    sc.add_argument("--seed", type=int, default=0)
+    sc.add_argument("--max-dk", type=int, help="largest d_k (powers of two from 1; default 1024)")
+    sc.add_argument("--seed", type=int, help="seed of the random queries and keys (default 0)")
 
 
 def _schedule_settings(args) -> dict:
@@ -81,6 +81,12 @@ def _schedule_settings(args) -> dict:
     return values
 
 
+def _given(args, **params: str) -> dict:
+    """{parameter: args.<flag>} for the flags given on the command line; the plot function's own
+    defaults hold for the others (the help texts name them; tests/plots checks they agree)."""
+    return {param: getattr(args, flag) for param, flag in params.items() if getattr(args, flag) is not None}
+
+
 def _figure(args, size: dict):
     """Draw the figure of args.kind; `size` is {} (each plot's default) or {"size": (w, h)}."""
     from aiayn import plots
@@ -93,10 +99,9 @@ def _figure(args, size: dict):
         print(maps.describe(), file=_notes(args))
         return maps.draw(args.part, args.layer, args.head, **size)
     if args.kind == "positional":
-        kwargs = {} if args.dims is None else {"dims": args.dims}
-        return plots.plot_positional(args.length, args.d_model, **size, **kwargs)
+        return plots.plot_positional(**_given(args, length="length", d_model="d_model", dims="dims"), **size)
     if args.kind == "mask":
-        return plots.plot_masks(args.lengths, args.tgt_len, **size)
+        return plots.plot_masks(**_given(args, lengths="lengths", tgt_len="tgt_len"), **size)
     if args.kind == "schedule":
         s = _schedule_settings(args)
         return plots.plot_schedule(s["d_model"], s["warmup"], s["factor"], s["steps"], s["schedule"],
@@ -105,10 +110,16 @@ def _figure(args, size: dict):
         return plots.plot_curves(args.run, **size)
     if args.kind == "complexity":
         return plots.plot_complexity(args.results, **size)
-    if args.max_dk < 1:
-        raise ValueError(f"--max-dk must be at least 1, got {args.max_dk}")
-    dims = [2**i for i in range(args.max_dk.bit_length()) if 2**i <= args.max_dk]
-    return plots.plot_scaling(dims, **size)
+    return plots.plot_scaling(**_scaling_dims(args.max_dk), **_given(args, seed="seed"), **size)
+
+
+def _scaling_dims(max_dk: int | None) -> dict:
+    """{"dims": the powers of two up to --max-dk}, or {} without the flag (the plot's own)."""
+    if max_dk is None:
+        return {}
+    if max_dk < 1:
+        raise ValueError(f"--max-dk must be at least 1, got {max_dk}")
+    return {"dims": [2**i for i in range(max_dk.bit_length())]}
 
 
 def run(args) -> int:
