@@ -38,3 +38,16 @@ def test_masks_combine_with_and():
 def test_rows_with_keys():
     m = torch.tensor([[True, False], [False, False]])
     assert masks.rows_with_keys(m).tolist() == [[True], [False]]
+
+
+def test_from_start_truth_table():
+    # row 0 starts at column 2 (two columns of left padding), row 1 at column 0
+    m = masks.from_start(torch.tensor([2, 0]), 4)
+    assert m.shape == (2, 1, 1, 4)
+    assert m[:, 0, 0].tolist() == [[False, False, True, True], [True, True, True, True]]
+
+
+def test_open_empty_rows_opens_only_the_rows_without_keys():
+    m = torch.tensor([[True, False], [False, False]])
+    opened = masks.open_empty_rows(m, masks.rows_with_keys(m))
+    assert opened.tolist() == [[True, False], [True, True]]

@@ -140,7 +140,7 @@ class EncoderOnly(PretrainedModel):
             real = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
         else:  # x: (B, T) ids
             ids = torch.cat([torch.full_like(x[:, :1], CLS_ID), x], dim=1)
-            h, real = self.embed(ids), ids != PAD_ID
+            h, real = self.embed(ids), masks.padding_mask(ids, PAD_ID)
         if h.shape[1] > self.config.max_positions and self.config.positional == "learned":
             raise ValueError(f"{h.shape[1]} positions ([CLS] included) exceed max_positions {self.config.max_positions}")
         positions = self.positions(h.shape[1])  # (1 + T, D)

@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
 from aiayn.modules.quantized import Int8Linear, quantize_linears_
@@ -253,7 +254,7 @@ class FastDecoder:
         self_mask = cache.self_mask()  # (N, 1, 1, P+1) or None: rows that joined later see only their own
         cross_mask, has_key = cache.cross_mask, cache.has_source  # (n, 1, 1, S), (n, 1, 1, 1) or None
         if has_key is not None:
-            cross_mask = cross_mask | ~has_key  # a source with no token is attended everywhere, then zeroed
+            cross_mask = masks.open_empty_rows(cross_mask, has_key)  # a source with no token: zeroed after
         for i, p in enumerate(self.layers):
             h = self._norm(x, p.sa_norm) if self.norm_first else x
             qkv = p.qkv(h).reshape(N, 3, H, 1, D // H)  # (N, 3, H, 1, Dh)

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, UNK_ID, ConfigError, check_types, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
+from aiayn.modules import masks
 from aiayn.modules.dropout import Dropout
 
 CELLS = ("gru", "lstm")
@@ -168,7 +169,7 @@ class RNNEncoderDecoder(PretrainedModel):
     # -- encoder ------------------------------------------------------------------------------
     def start(self, src: Tensor, capacity: int = 64) -> RNNState:
         """Encode src (B, S): the decoding state before the first step (`capacity` is unused)."""
-        mask = src != PAD_ID  # (B, S)
+        mask = masks.padding_mask(src, PAD_ID)  # (B, S)
         lengths = mask.sum(1).clamp(min=1).cpu()
         x = self.dropout(self.src_embed(src))  # (B, S, E)
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)

@@ -42,7 +42,7 @@ def scaled_dot_product_attention(
     if bool(has_key.all()):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale), None
     # Let empty rows attend everywhere inside the kernel (no NaN, even in gradients), then zero them.
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~has_key, dropout_p=dropout, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=masks.open_empty_rows(mask, has_key), dropout_p=dropout, scale=scale)
     return out * has_key, None
 
 

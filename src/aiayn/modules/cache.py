@@ -179,8 +179,7 @@ class KVCache:
         None when every row sees every column."""
         if self.start is None:
             return None
-        columns = torch.arange(self.length + 1, device=self.start.device)
-        return (columns >= self.start[:, None])[:, None, None, :]
+        return masks.from_start(self.start, self.length + 1)
 
 
 def concat(a: KVCache, b: KVCache | None = None, rows: Tensor | None = None, headroom: int = 16) -> KVCache:

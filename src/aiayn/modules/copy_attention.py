@@ -28,6 +28,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 
 
@@ -57,7 +58,8 @@ class CopyAttention(nn.Module):
         q = q / math.sqrt(hidden.shape[-1])  # scaled before the product: unscaled, an fp16 product can overflow
         scores = (q @ keys.transpose(-1, -2)).to(_at_least_float32(q.dtype))  # (n, 1, group·T, S)
         if cache.cross_mask is not None:
-            mask = cache.cross_mask if cache.has_source is None else cache.cross_mask | ~cache.has_source
+            mask = cache.cross_mask if cache.has_source is None else masks.open_empty_rows(cache.cross_mask,
+                                                                                           cache.has_source)
             scores = scores.masked_fill(~mask, float("-inf"))
         a = torch.softmax(scores, dim=-1)
         return a if cache.has_source is None else a * cache.has_source  # a source with no token: nothing to copy

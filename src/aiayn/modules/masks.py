@@ -31,6 +31,20 @@ def causal_mask(length: int, past: int = 0, device: torch.device | None = None) 
     return k <= q
 
 
+def from_start(start: Tensor, length: int) -> Tensor:
+    """Each row may attend the keys from its own `start` on (right-aligned rows of a decoding cache).
+    (K,) -> (K, 1, 1, length)."""
+    columns = torch.arange(length, device=start.device)
+    return key_mask(columns[None, :] >= start[:, None])
+
+
 def rows_with_keys(mask: Tensor) -> Tensor:
     """True for query rows that may attend at least one key. (..., Tq, Tk) -> (..., Tq, 1)."""
     return mask.any(dim=-1, keepdim=True)
+
+
+def open_empty_rows(mask: Tensor, has_key: Tensor) -> Tensor:
+    """`mask` with the rows that may attend no key (`has_key` False) opened to every key, so that a
+    softmax over them stays finite (no NaN, gradients included); the caller zeroes those rows after.
+    (..., Tq, Tk), (..., Tq, 1) -> (..., Tq, Tk)."""
+    return mask | ~has_key
