@@ -154,3 +154,29 @@ def test_a_path_to_an_open_file_descriptor_writes_through_it(tmp_path, name, mon
     finally:
         os.close(fd)
     assert log.read_text() == "OLD\nnew\n" and log.stat().st_ino == inode  # appended, the file never replaced
+
+
+def test_atomic_write_syncs_the_file_before_the_rename_and_the_directory_after(tmp_path, monkeypatch):
+    """Durable across a power loss, not only a killed process: the data reaches the disk before the
+    new name does, and the rename itself is synced (the directory's entry)."""
+    import aiayn.io
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", os.path.realpath(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(dst)))
+        return real_replace(src, dst)
+    monkeypatch.setattr(aiayn.io.os, "fsync", fsync)
+    monkeypatch.setattr(aiayn.io.os, "replace", replace)
+    target = tmp_path / "out.txt"
+    with atomic_write(target) as tmp:
+        tmp.write_text("done")
+    kinds = [kind for kind, _ in events]
+    assert kinds == ["fsync", "replace", "fsync"], events
+    assert events[0][1].startswith(str(tmp_path / ".out.txt.")) and events[2][1] == str(tmp_path)
+    assert target.read_text() == "done"

@@ -76,6 +76,8 @@ def test_babi_error_rates_and_failed_tasks():
                                  ["kitchen", "hallway", "Office.", "yes", "no"], [1, 1, 1, 2, 2])
     assert errors.per_task == {1: pytest.approx(100 / 3), 2: 0.0}
     assert errors.failed == 1 and errors.mean == pytest.approx(100 / 6)
+    at_threshold = metrics.babi_errors(["no"] + ["yes"] * 19, ["yes"] * 20, [3] * 20)  # 1 wrong of 20: 5.0%
+    assert at_threshold.per_task == {3: 5.0} and at_threshold.failed == 0  # failed means above 5%
 
 
 def test_accuracy_compares_whole_labels_even_given_one_string_per_example():

@@ -103,9 +103,10 @@ def test_generate_refuses_sampling_settings_under_greedy_and_an_unknown_method()
         generator.generate("abc", 3, method="greedyy", seed=1)
     assert generator.generate("abc", 3, method="greedy", seed=7) == generator.generate("abc", 3, method="greedy")
     for bad in ({"top_p": 1.5}, {"temperature": 0.0}, {"max_new_tokens": 0}):  # refused before the first token is asked for
-        with pytest.raises(ValueError):
+        (name, value), = bad.items()
+        with pytest.raises(ValueError, match=f"^{name} must be .*, got {value}$"):
             generator.stream("abc", **{"max_new_tokens": 3, **bad})
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"^{name} must be .*, got {value}$"):
             generator.tokens("abc", **{"max_new_tokens": 3, **bad})
 
 

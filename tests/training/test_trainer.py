@@ -360,3 +360,25 @@ def test_a_resume_starts_a_new_streak_and_a_new_best_metric_starts_a_new_best(tm
     again = trainer(max_updates=6, best_metric="nll")
     again.resume(streak)
     assert again.state.bad_updates == 0 and again.state.best_metric == "nll"
+
+
+def test_clip_norm_scales_the_gradient_the_optimizer_steps_with(tmp_path):
+    """optim.clip_norm: the optimizer sees gradients of total norm clip_norm; the stats report the norm before."""
+    pairs = reverse_pairs(4, seed=5)
+    batch = [make_batch(pairs)]
+    model = Transformer(tiny_config(dropout=0.0))
+    reference = copy.deepcopy(model)
+    sums = label_smoothed_loss(reference(batch[0].src, batch[0].tgt_in), batch[0].tgt_out, 0.1, 0)
+    (sums.loss / batch[0].n_tgt_tokens).backward()
+    unclipped = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in reference.parameters()])))
+    trainer = make_trainer(model, OptimConfig(warmup_steps=10, clip_norm=1e-3), run_config(), tmp_path, lambda e: batch)
+    seen = []
+    step = trainer.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        seen.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))))
+        return step(*args, **kwargs)
+    trainer.optimizer.step = recording_step
+    stats = trainer.update(batch)
+    assert unclipped > 1e-2 and stats.grad_norm == pytest.approx(unclipped, rel=1e-4)
+    assert seen == [pytest.approx(1e-3, rel=1e-4)]
