@@ -21,7 +21,9 @@ from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imp
 from aiayn.interop.tokenizers import HFTokenizer
 from aiayn.interop.vocab import IdMap
 from aiayn.io import read_json_object
-from aiayn.models.encoder_only import EncoderOnlyConfig
+from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
+from aiayn.tasks.classify import ClassifyTask
+from aiayn.tasks.mlm import MLMTask
 
 CLASSIFIER, MLM = "BertForSequenceClassification", "BertForMaskedLM"
 SPECIALS = {"pad_token": ("[PAD]", PAD_ID), "cls_token": ("[CLS]", BOS_ID), "sep_token": ("[SEP]", EOS_ID),
@@ -86,9 +88,9 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         layer_norm_eps=c("layer_norm_eps", 1e-12),
         activation=activation, logits_bias=architecture == MLM, scale_embeddings=False, embedding_norm=True,
         type_vocab_size=c("type_vocab_size", 2), pooler=architecture == CLASSIFIER)
-    info = {"task": "classify" if labels else "mlm", "labels": labels, "max_input_tokens": config.max_positions - 1,
+    info = {"task": ClassifyTask.name if labels else MLMTask.name, "labels": labels, "max_input_tokens": config.max_positions - 1,
             "imported_from": {"format": "hf", "architecture": architecture}}
-    return Imported("encoder-only", config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
+    return Imported(EncoderOnly.model_type, config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
 
 
 def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
@@ -107,6 +109,11 @@ def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
             raise Unsupported(f"{ckpt.directory / 'tokenizer.json'}: no {key} {token!r}")
         specials[hf_id] = aiayn_id
     return HFTokenizer(text, IdMap.build(ckpt.need("vocab_size"), specials), str(ckpt.directory / "tokenizer.json"))
+
+
+def exports(model) -> bool:
+    """Whether `export_model` maps `model`: an encoder over token ids."""
+    return model.model_type == EncoderOnly.model_type and model.config.input == "tokens"
 
 
 def export_model(model, tokenizers, info: dict, where: str) -> Exported:

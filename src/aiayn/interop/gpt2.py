@@ -18,7 +18,8 @@ from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imp
                                       transposed)
 from aiayn.interop.tokenizers import HFTokenizer
 from aiayn.interop.vocab import IdMap
-from aiayn.models.decoder_only import DecoderOnlyConfig
+from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+from aiayn.tasks.lm import LMTask
 
 ARCHITECTURE = "GPT2LMHeadModel"
 
@@ -59,9 +60,9 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         activation=activation_in(ckpt, "activation_function", "gelu_new"), logits_bias=True)
     from aiayn.data.tokenizer import TokenizerPair
 
-    info = {"task": "lm", "block": config.max_positions,
+    info = {"task": LMTask.name, "block": config.max_positions,
             "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
-    return Imported("decoder-only", config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
+    return Imported(DecoderOnly.model_type, config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
 
 
 def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
@@ -71,6 +72,11 @@ def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
     specials = {eos: EOS_ID} if bos in (None, eos) else {eos: EOS_ID, bos: BOS_ID}
     ids = IdMap.build(ckpt.field("vocab_size", 50257), specials)
     return HFTokenizer(read_tokenizer_json(ckpt), ids, str(ckpt.directory / "tokenizer.json"))
+
+
+def exports(model) -> bool:
+    """Whether `export_model` maps `model`: a decoder-only language model."""
+    return model.model_type == DecoderOnly.model_type
 
 
 def export_model(model, tokenizers, info: dict, where: str) -> Exported:

@@ -27,15 +27,16 @@ from aiayn.models import is_model_dir
 
 log = logging.getLogger(__name__)
 
+# Hugging Face's model_type -> the module that maps it; its `exports(model)` says which of ours it maps back
 FAMILIES = {"marian": "aiayn.interop.marian", "gpt2": "aiayn.interop.gpt2", "bert": "aiayn.interop.bert",
-            "vit": "aiayn.interop.vit"}  # Hugging Face's model_type -> the module that maps it
+            "vit": "aiayn.interop.vit"}
 
 
 def import_hf(src: str | Path, out: str | Path) -> Path:
     """Convert the Hugging Face model directory `src` into the aiayn model directory `out`."""
     from aiayn.data.tokenizer import save_tokenizers
     from aiayn.decoding.translator import check_vocab
-    from aiayn.models import build_model
+    from aiayn.models import Transformer, build_model
     from aiayn.interop.checkpoint import load_params
     from aiayn.tasks import write_task_info
 
@@ -46,7 +47,7 @@ def import_hf(src: str | Path, out: str | Path) -> Path:
     imported = importlib.import_module(FAMILIES[kind]).import_checkpoint(ckpt)
     model = build_model(imported.model_type, imported.config)
     load_params(model, imported.params, ckpt)
-    if imported.model_type == "encoder-decoder":
+    if imported.model_type == Transformer.model_type:
         check_vocab(imported.config, imported.tokenizers, str(src))
 
     def write(tmp: Path) -> None:
@@ -92,16 +93,14 @@ def export_hf(model_dir: str | Path, out: str | Path) -> Path:
 def _family_of(model, model_dir: Path):
     from aiayn.models.base import CONFIG_FILE
 
-    kind = {"encoder-decoder": "marian", "decoder-only": "gpt2"}.get(model.model_type)
-    if model.model_type == "encoder-only":
-        kind = "vit" if model.config.input == "patches" else "bert"
-    if kind is None:
+    family = next((m for m in map(importlib.import_module, FAMILIES.values()) if m.exports(model)), None)
+    if family is None:
         raise Unsupported(f"{model_dir / CONFIG_FILE}: a {model.model_type!r} model has no Hugging Face counterpart "
                           "(encoder-decoder, decoder-only and encoder-only export)")
     if getattr(model.config, "universal", False):
         raise Unsupported(f"{model_dir / CONFIG_FILE}: recurrence = 'universal' (one layer applied again and again) "
                           "has no Hugging Face counterpart")
-    return importlib.import_module(FAMILIES[kind])
+    return family
 
 
 def is_hf_dir(directory: Path) -> bool:

@@ -37,6 +37,8 @@ from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imp
 from aiayn.interop.tokenizers import MarianTokenizer
 from aiayn.interop.vocab import IdMap
 from aiayn.io import read_json_object
+from aiayn.models.transformer import Transformer
+from aiayn.tasks.translation import TranslationTask
 
 ARCHITECTURE = "MarianMTModel"
 LAYER_NORM_EPS = 1e-5  # Marian's nn.LayerNorm default
@@ -106,7 +108,7 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         tie_output=c("tie_word_embeddings", True),
         layer_norm_eps=LAYER_NORM_EPS, activation=activation_in(ckpt, "activation_function", "gelu"),
         logits_bias=True, sinusoid_layout="halves", scale_embeddings=bool(c("scale_embedding", False)))
-    return Imported("encoder-decoder", config, params(config, src, tgt), tokenizers, _task_info(ckpt, config))
+    return Imported(Transformer.model_type, config, params(config, src, tgt), tokenizers, _task_info(ckpt, config))
 
 
 SIDE_EMBEDDINGS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
@@ -165,12 +167,17 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
                               length_penalty_form="plain")
     except ConfigError as e:
         raise Unsupported(f"{d / 'generation_config.json'} (or config.json): {e}") from None
-    info = {"task": "translation", "decode": dataclasses.asdict(decode), "keep": "start",
+    info = {"task": TranslationTask.name, "decode": dataclasses.asdict(decode), "keep": "start",
             "max_input_tokens": config.max_positions, "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
     return {**info, "languages": pair} if pair else info
 
 
 # -- export ----------------------------------------------------------------------------------------
+def exports(model) -> bool:
+    """Whether `export_model` maps `model`: the encoder-decoder."""
+    return model.model_type == Transformer.model_type
+
+
 def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Exported:
     cfg: TransformerConfig = model.config
     refuse_options(where, "Marian", {

@@ -19,7 +19,8 @@ import math
 
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
                                       activation_in, attention, dump_params, json_file, linear, refuse_options)
-from aiayn.models.encoder_only import EncoderOnlyConfig
+from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
+from aiayn.tasks.vision import ImageClassifyTask
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +72,14 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         max_positions=(image // patch) ** 2 + 1, n_classes=len(labels), input="patches",
         patch_dim=channels * patch * patch, layer_norm_eps=c("layer_norm_eps", 1e-12),
         activation=activation_in(ckpt, "hidden_act", "gelu"))
-    info = {"task": "image-classify", "labels": labels, "patch_size": patch,
+    info = {"task": ImageClassifyTask.name, "labels": labels, "patch_size": patch,
             "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
-    return Imported("encoder-only", config, params(config, channels, patch), None, info)
+    return Imported(EncoderOnly.model_type, config, params(config, channels, patch), None, info)
+
+
+def exports(model) -> bool:
+    """Whether `export_model` maps `model`: an encoder over image patches."""
+    return model.model_type == EncoderOnly.model_type and model.config.input == "patches"
 
 
 def export_model(model, tokenizers, info: dict, where: str) -> Exported:
