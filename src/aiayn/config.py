@@ -243,6 +243,7 @@ class OptimConfig:
 
 
 DECODE_METHODS = ("beam", "greedy", "sample")
+LENGTH_PENALTY_FORMS = ("gnmt", "plain")  # ((5+|Y|)/6)^α, GNMT's and the paper's; |Y|^α, fairseq's and Hugging Face's
 
 
 @dataclass(frozen=True)
@@ -264,8 +265,8 @@ class DecodeConfig:
         _check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
         _check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
         _check(0 <= self.length_penalty < math.inf, f"length_penalty must be a finite number >= 0, got {self.length_penalty}")
-        _check(self.length_penalty_form in ("gnmt", "plain"),
-               f"length_penalty_form must be 'gnmt' or 'plain', got {self.length_penalty_form!r}")
+        _check(self.length_penalty_form in LENGTH_PENALTY_FORMS,
+               f"length_penalty_form must be one of {', '.join(LENGTH_PENALTY_FORMS)}, got {self.length_penalty_form!r}")
         _check(0 <= self.max_len_a < math.inf, f"max_len_a must be a finite number >= 0, got {self.max_len_a}")
         _check(self.max_len_b >= 0, f"max_len_b must be >= 0, got {self.max_len_b}")
         _check(self.min_len >= 0, f"min_len must be >= 0, got {self.min_len}")

@@ -13,3 +13,19 @@ def test_measured_and_analytic_counts_agree_and_every_family_recipe_builds(capsy
     assert all(row[-2] == row[-1] and int(row[-1].replace(",", "")) > 0 for row in presets)
     recipes = {line.split()[0] for line in lines if line.split() and line.split()[0] in {r for r, _, _ in FAMILY}}
     assert recipes == {r for r, _, _ in FAMILY}
+
+
+def test_generate_help_names_the_pipelines_own_defaults():
+    """`aiayn generate`'s flags default to None (the pipeline's GenerateRequest decides); their help says
+    what that is, and must keep saying it."""
+    import re
+
+    from aiayn.cli import build_parser
+    from aiayn.tasks.lm import GenerateRequest
+
+    parser = build_parser()._subparsers._group_actions[0].choices["generate"]
+    helps = {a.dest: a for a in parser._actions}
+    for dest in ("max_new_tokens", "method"):
+        assert helps[dest].default is None
+        assert re.search(r"default: the pipeline's, (\S+)\)", helps[dest].help).group(1) == str(
+            getattr(GenerateRequest(), dest))

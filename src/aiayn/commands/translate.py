@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 from aiayn.commands import door
-from aiayn.config import DECODE_METHODS, DEFAULT_BATCH_TOKENS, DecodeConfig, SamplingConfig
+from aiayn.config import DECODE_METHODS, DEFAULT_BATCH_TOKENS, LENGTH_PENALTY_FORMS, DecodeConfig, SamplingConfig
 from aiayn.runtime import PRECISION_CHOICES
 
 HELP = "translate text with a trained model directory (stdin to stdout, or --input/--output files)"
@@ -22,7 +22,7 @@ def add_decode_arguments(p) -> None:
     g.add_argument("--method", choices=list(DECODE_METHODS), help=f"search method (default: {_D.method}; beam size 1 is greedy)")
     g.add_argument("--beam-size", type=int, help=f"beam size (default: {_D.beam_size})")
     g.add_argument("--length-penalty", type=float, help=f"α of the length penalty (default: {_D.length_penalty})")
-    g.add_argument("--length-penalty-form", choices=["gnmt", "plain"],
+    g.add_argument("--length-penalty-form", choices=list(LENGTH_PENALTY_FORMS),
                    help=f"gnmt: ((5+|Y|)/6)^α, plain: |Y|^α (default: {_D.length_penalty_form})")
     g.add_argument("--max-len-a", type=float, help=f"max output = a·|src| + b tokens (default a: {_D.max_len_a})")
     g.add_argument("--max-len-b", type=int, help=f"(default b: {_D.max_len_b})")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-FORMS = ("gnmt", "plain")
+from aiayn.config import LENGTH_PENALTY_FORMS as FORMS
 
 
 def length_penalty(length: Tensor | int | float, alpha: float, form: str) -> Tensor:

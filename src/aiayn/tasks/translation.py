@@ -14,10 +14,11 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Literal, Optional
+from typing import Iterator, Optional
 
 import torch
 
+from aiayn.config import DECODE_METHODS
 from aiayn.data.preprocess import ParallelDataset, load_parallel
 from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, text_events
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
@@ -188,7 +189,7 @@ class NativeRequest:
     field left out (None) keeps the model's own setting, as every other door does (task.json)."""
 
     text: list
-    method: Optional[Literal["beam", "greedy", "sample"]] = None
+    method: Optional[str] = None  # one of DECODE_METHODS
     beam_size: Optional[int] = None
     length_penalty: Optional[float] = None
     max_len_b: Optional[int] = None
@@ -210,8 +211,8 @@ class NativeRequest:
         if "text" not in fields:
             raise RequestError("missing field text")
         r = cls(**{k: v for k, v in fields.items() if k in names})
-        if r.method not in (None, "beam", "greedy", "sample"):
-            raise RequestError(f"method must be 'beam', 'greedy' or 'sample', got {r.method!r}")
+        if r.method is not None and r.method not in DECODE_METHODS:
+            raise RequestError(f"method must be one of {', '.join(map(repr, DECODE_METHODS))}, got {r.method!r}")
         bounds = {"beam_size": (1, limits.max_beam), "nbest": (1, limits.max_beam), "max_len_b": (1, limits.max_len_b),
                   "min_len": (0, limits.max_len_b), "no_repeat_ngram_size": (0, limits.max_len_b)}
         for name, (low, high) in bounds.items():
