@@ -230,21 +230,8 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     from contextlib import asynccontextmanager
 
     from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import FileResponse, JSONResponse, Response
-    from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
-    if not dirs:
-        raise ValueError("no model directory to serve")
-    seen = Counter(Path(d).resolve() for d in dirs)
-    twice = sorted({str(d) for d in dirs if seen[Path(d).resolve()] > 1})
-    if twice:
-        raise ValueError(f"{', '.join(twice)}: one model directory given twice")
-    services = [ModelService(d, device, batching, limits, backend, options) for d in dirs]
-    directions = tuple(dict.fromkeys(pair for s in services for pair in s.pipeline.directions()))
-    for service in services:
-        service.directions = directions
+    services = _services(model_dir, device, batching, limits, backend, options)
     routes = routes_of(services)
     keys = KeyRing({**dict(limits.api_keys), **({limits.api_key: UNLIMITED} if limits.api_key else {})})  # both flags: both keys
 
@@ -264,6 +251,37 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
 
         app.add_middleware(CORSMiddleware, allow_origins=list(limits.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["*"])
+    _add_error_handlers(app)
+    _add_status_routes(app, services, routes, keys, responses)
+    grouped: dict = {}
+    for service, route in routes:
+        grouped.setdefault((route.method, route.path), []).append((service, route))
+    for served in grouped.values():
+        add_route(app, served, keys)
+    return app
+
+
+def _services(model_dir, device, batching, limits, backend, options) -> list:
+    """A `ModelService` per directory (each given once), every one told all the language pairs served."""
+    dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
+    if not dirs:
+        raise ValueError("no model directory to serve")
+    seen = Counter(Path(d).resolve() for d in dirs)
+    twice = sorted({str(d) for d in dirs if seen[Path(d).resolve()] > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)}: one model directory given twice")
+    services = [ModelService(d, device, batching, limits, backend, options) for d in dirs]
+    directions = tuple(dict.fromkeys(pair for s in services for pair in s.pipeline.directions()))
+    for service in services:
+        service.directions = directions
+    return services
+
+
+def _add_error_handlers(app) -> None:
+    """Every error answers {"error": ...}: ours, FastAPI's validation (with its details) and starlette's 404/405."""
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     @app.exception_handler(RequestError)
     async def problem(request, e: RequestError):
@@ -280,6 +298,11 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
         return JSONResponse({"error": shorten(str(e.detail))}, status_code=e.status_code,
                             headers=getattr(e, "headers", None))
 
+
+def _add_status_routes(app, services: list, routes: list, keys: KeyRing, responses: Counter) -> None:
+    """/health, /v1/metrics, /metrics (Prometheus) and the web page at /."""
+    from fastapi.responses import FileResponse, JSONResponse, Response
+
     @app.api_route("/health", methods=["GET", "HEAD"])  # a load balancer's probe may be either
     async def health():
         """What the server runs, and what the web page needs: the route it offers, whether a key is needed.
@@ -290,7 +313,7 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
                 "task": first.task, "model": str(first.model_dir), "backend": first.backend,
                 "routes": list(dict.fromkeys(r.path for _, r in routes)), "command": first.pipeline.command,
                 "needs_key": bool(keys), "form": page_form([r for _, r in routes]),
-                "languages": [list(pair) for pair in directions],
+                "languages": [list(pair) for pair in first.directions],
                 "models": [{"model": str(s.model_dir), "task": s.task, "routes": [r.path for r in s.pipeline.routes],
                             "directions": [list(p) for p in s.pipeline.directions()]} for s in services]}
         return JSONResponse(body, status_code=503) if down else body
@@ -316,13 +339,6 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html")
-
-    grouped: dict = {}
-    for service, route in routes:
-        grouped.setdefault((route.method, route.path), []).append((service, route))
-    for served in grouped.values():
-        add_route(app, served, keys)
-    return app
 
 
 def routes_of(services: list) -> list:
