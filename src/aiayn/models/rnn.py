@@ -177,7 +177,8 @@ class RNNEncoderDecoder(PretrainedModel):
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, 2H)
         memory = self.bridge(out)  # (B, S, H)
         mean = (memory * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1)  # (B, H)
-        h0 = torch.tanh(self.init_state(mean)).view(src.shape[0], self.config.decoder_layers, -1).transpose(0, 1)
+        h0 = torch.tanh(self.init_state(mean)).view(src.shape[0], self.config.decoder_layers, -1)  # (B, L, H)
+        h0 = h0.transpose(0, 1)  # (L, B, H): the layout nn.GRU / nn.LSTM take for their state
         hidden = (h0.contiguous(), torch.zeros_like(h0)) if self.config.cell == "lstm" else h0.contiguous()
         feed = memory.new_zeros(src.shape[0], self.config.hidden_size) if self.config.input_feeding else None
         return RNNState(hidden, feed, memory, self.score.keys(memory), mask)

@@ -136,4 +136,5 @@ class DecoderLayer(nn.Module):
         q = cache.grouped(self.cross_attn.project_q(self.ca_conn.input(x)))  # (n, H, group·T, Dh): one per source
         k, v = cache.cross_k[index], cache.cross_v[index]
         y, w = self.cross_attn.attend(q, k, v, mask=cross_mask, need_weights=need_weights)  # (n, group·T, D)
-        return self.ca_conn.output(x, y.reshape(x.shape)), (None if w is None else cache.ungrouped(w))
+        y = y.reshape(x.shape)  # (n, group·T, D) -> (B, T, D): each source's rows back apart
+        return self.ca_conn.output(x, y), (None if w is None else cache.ungrouped(w))

@@ -55,7 +55,7 @@ class Int8Linear(nn.Module):
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
         y = torch.mul(torch._int_mm(qx, self.qweight_t), self.scale)  # (M, out): int32 read, float written
         y.mul_(sx)  # in place: no third buffer
-        return (y.add_(self.bias) if self.has_bias else y).view(*lead, self.out_features)
+        return (y.add_(self.bias) if self.has_bias else y).view(*lead, self.out_features)  # (..., out)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
