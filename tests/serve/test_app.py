@@ -1,6 +1,7 @@
 """`aiayn serve`: the LibreTranslate API in its three request styles, the native API with attention,
 every bad input as a clear 4xx, operations endpoints, and deep-translator as a real client."""
 
+import threading
 import time
 
 import pytest
@@ -82,6 +83,22 @@ def test_native_api_with_scores_and_attention(client, model_dir):
         torch.testing.assert_close(torch.tensor(got["weights"]), torch.from_numpy(want.cross), atol=1e-4, rtol=0)
 
 
+def test_native_api_hypotheses_are_the_translators_nbest(client, model_dir):
+    """Each text's "hypotheses" is the translator's own n-best on the same settings: every text and
+    every score (length-normalised log-probability), best first, and "text" the best one's."""
+    from aiayn.decoding.translator import Translator
+
+    texts = [SENTENCE, "c c"]
+    nbest = Translator.from_pretrained(model_dir).translate(texts, method="beam", beam_size=3, nbest=3,
+                                                             max_len_a=0.0, max_len_b=6)
+    for hyps in nbest:  # the case can tell hypotheses apart: each has a text and a score of its own
+        assert len({t for t, _ in hyps}) == len({s for _, s in hyps}) == 3, hyps
+    body = client.post("/v1/translate", json={"text": texts, "beam_size": 3, "nbest": 3}).json()
+    for got, want in zip(body["translations"], nbest, strict=True):
+        assert [h["text"] for h in got["hypotheses"]] == [t for t, _ in want] and got["text"] == want[0][0]
+        assert [h["score"] for h in got["hypotheses"]] == pytest.approx([s for _, s in want], abs=1e-5, rel=0)
+
+
 def test_native_api_passes_no_repeat_ngram_size(client, model_dir):
     from aiayn.decoding.translator import Translator
 
@@ -159,6 +176,47 @@ def test_deep_translator_libretranslator_works_unchanged(model_dir, live_server)
     url = live_server(create_app(model_dir))
     translator = LibreTranslator(source="de", target="en", api_key="anything", custom_url=f"{url}/")
     assert translator.translate(SENTENCE) == expected(model_dir)
+
+
+def test_a_full_queue_is_a_503_with_retry_after_over_http(model_dir, live_server, monkeypatch):
+    """`--max-queue`: a request that finds the queue full is answered at once, 503 with Retry-After, over a
+    real socket. The worker is held by a gated decode, so one request is being decoded and one waits (the
+    queue holds one); of the two sent meanwhile, whichever comes second is refused, and only it can be
+    answered before the gate opens."""
+    import concurrent.futures
+
+    import httpx
+
+    from aiayn.tasks.translation import TranslationPipeline
+
+    run, started, release = TranslationPipeline.run, threading.Event(), threading.Event()
+
+    def gated(self, items, **options):
+        started.set()
+        assert release.wait(60)
+        return run(self, items, **options)
+
+    monkeypatch.setattr(TranslationPipeline, "run", gated)  # the app decodes in this process (worker="thread")
+    url = live_server(create_app(model_dir, batching=BatchConfig(worker="thread", max_batch=1, max_wait_ms=0,
+                                                                 max_queue=1)))
+
+    def post():
+        return httpx.post(f"{url}/translate", json={"q": SENTENCE, "source": "de", "target": "en"}, timeout=60)
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        decoding = pool.submit(post)
+        assert started.wait(60)  # the worker holds the first request: the queue is empty
+        others = [pool.submit(post), pool.submit(post)]
+        done, _ = concurrent.futures.wait(others, timeout=60, return_when=concurrent.futures.FIRST_COMPLETED)
+        release.set()
+        assert done, "no request was refused"
+        refused = done.pop().result()
+        answered = [f.result() for f in [decoding, *others] if f.result() is not refused]
+    assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
+    assert refused.json() == {"error": "server busy: 1 requests are waiting"}
+    assert [(r.status_code, r.json()) for r in answered] == [(200, {"translatedText": expected(model_dir)})] * 2
+    metrics = httpx.get(f"{url}/v1/metrics").json()
+    assert metrics["rejected_queue_full"] == 1 and metrics["responses"] == {"2xx": 2, "5xx": 1}
 
 
 def test_keep_alive_outlasts_a_request_and_the_clients_pool_expiry(model_dir, live_server, monkeypatch, caplog):

@@ -5,6 +5,7 @@ and the event loop, events fix that order (`started`, `gate`, `before_step`), an
 bounds a batch is long enough that only a full batch ends it."""
 
 import asyncio
+import re
 import threading
 
 import pytest
@@ -223,18 +224,31 @@ def test_continuous_failures_hit_only_the_bad_request():
 def test_a_stream_is_never_taken_into_a_waiting_batch():
     """A stream that comes while a whole-call request with the same options waits for company is
     decoded on its own, after it: taken into that batch, its answer would go to nobody and the
-    stream would time out. (Should the stream come after the two seconds, the test passes anyway.)"""
-    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=2_000, timeout_s=5),
+    stream would time out. The worker is held where it looks for a session (there is none: whole
+    calls) until the stream is queued, so the batch is gathered with the stream already waiting."""
+    looking, queued = threading.Event(), threading.Event()
+
+    def session(options):
+        looking.set()
+        assert queued.wait(60)
+        return None  # no continuous session: the head request gathers a batch of whole calls
+
+    batcher = DynamicBatcher(upper, BatchConfig(max_batch=8, max_wait_ms=100, timeout_s=5), session=session,
                              stream=lambda text, options: iter(text.upper()))
 
     async def main():
         whole = asyncio.ensure_future(batcher.submit(["a"]))
-        await asyncio.sleep(0.05)  # the first request now waits for company
-        pieces = [piece async for piece in batcher.stream("bc")]
-        return await whole, pieces
+        assert await asyncio.to_thread(looking.wait, 60)  # the worker holds "a", about to gather its batch
+        stream = batcher.stream("bc")
+        first = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # the task runs up to its wait: the stream is queued
+        assert batcher.queue_length == 2
+        queued.set()
+        return await whole, [await first] + [piece async for piece in stream]
 
     assert run(main()) == (["A"], ["B", "C"])
-    assert batcher.stats.snapshot(0)["batch_sizes"] == {1: 1}
+    stats = batcher.stats.snapshot(0)
+    assert stats["batch_sizes"] == {1: 1} and stats["streams"] == 1 and stats["timeouts"] == 0
     batcher.close()
 
 
@@ -286,10 +300,19 @@ def test_a_stream_queued_behind_a_request_that_left_is_streamed_not_batched():
     batcher.close()
 
 
-@pytest.mark.parametrize("settings", [dict(max_wait_ms=float("inf")), dict(timeout_s=float("nan")),
-                                      dict(timeout_s=0.0), dict(max_wait_ms=-1.0), dict(max_batch=0)])
-def test_batching_settings_must_be_finite_and_positive(settings):
-    with pytest.raises(ValueError, match="must be"):
+WAIT_RULE, TIMEOUT_RULE = "max_wait_ms must be a finite number >= 0", "timeout_s a finite number > 0"  # regexes
+BATCH_RULE, QUEUE_RULE = r"max_batch\b[^:]*must be at least 1", "max_queue must be at least 1"
+
+
+# the message states the rule naming the field, then ": " and the whole config, where the bad value shows
+@pytest.mark.parametrize("settings,rule", [(dict(max_wait_ms=float("inf")), WAIT_RULE),
+                                          (dict(max_wait_ms=-1.0), WAIT_RULE),
+                                          (dict(timeout_s=float("nan")), TIMEOUT_RULE),
+                                          (dict(timeout_s=0.0), TIMEOUT_RULE),
+                                          (dict(max_batch=0), BATCH_RULE), (dict(max_queue=0), QUEUE_RULE)])
+def test_batching_settings_must_be_finite_and_positive(settings, rule):
+    (name, value), = settings.items()
+    with pytest.raises(ValueError, match=rule + "[^:]*: .*" + re.escape(f"{name}={value!r}")):
         BatchConfig(**settings)
 
 

@@ -1,0 +1,60 @@
+"""`serve.keys.KeyRing` on a clock the test sets: the per-minute window slides (what left it no longer
+counts), a 429's Retry-After is the exact wait until there is room, and one request over a key's
+whole allowance of characters is a 413 (waiting would never let it through)."""
+
+import types
+
+import pytest
+
+from aiayn.serve import keys
+from aiayn.serve.keys import WINDOW_S, KeyLimits, KeyRing
+from aiayn.serve.requests import HTTPProblem
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The time KeyRing reads (`time.monotonic` in serve.keys only): `clock.now`, seconds, set by the test."""
+    clock = types.SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(keys, "time", types.SimpleNamespace(monotonic=lambda: clock.now))
+    return clock
+
+
+def refusal(ring: KeyRing, key: str, q: str) -> HTTPProblem:
+    with pytest.raises(HTTPProblem) as refused:
+        ring.check(key, {"q": q, "api_key": key})
+    return refused.value
+
+
+def test_the_request_window_slides(clock):
+    assert WINDOW_S == 60.0  # the times below are chosen against a minute
+    ring = KeyRing({"k": KeyLimits(requests_per_minute=3)})
+    for clock.now in (1000.0, 1010.0, 1020.0):
+        ring.check("k", {"q": "a"})
+    clock.now = 1030.0
+    over = refusal(ring, "k", "a")  # the request of 1000 s leaves the window at 1060 s
+    assert (over.status, over.message, over.headers) == (429, "over this key's 3 requests per minute",
+                                                         {"Retry-After": "30"})
+    clock.now = 1060.0  # the first request has left the window: room for one
+    ring.check("k", {"q": "a"})
+    clock.now = 1061.0  # in the window now: 1010, 1020, 1060; the next room comes at 1070
+    over = refusal(ring, "k", "a")
+    assert (over.status, over.headers) == (429, {"Retry-After": "9"})
+    assert ring.refused == {"429": 2}
+
+
+def test_the_character_window_slides_and_one_request_over_the_whole_allowance_is_a_413(clock):
+    ring = KeyRing({"k": KeyLimits(chars_per_minute=10)})
+    too_long = refusal(ring, "k", "x" * 11)
+    assert (too_long.status, too_long.message) == (413, "11 characters in one request; this key may send 10 a minute")
+    ring.check("k", {"q": "x" * 6, "api_key": "k"})  # 6 of 10: the key itself is not counted, nor was the 413
+    clock.now = 1020.0
+    ring.check("k", {"q": ["xx", "xx"]})  # 10 of 10 (a list's texts count)
+    clock.now = 1030.0
+    over = refusal(ring, "k", "xxx")  # 3 over: the 6 of 1000 s must leave, at 1060 s
+    assert (over.status, over.message, over.headers) == (429, "over this key's 10 characters per minute",
+                                                         {"Retry-After": "30"})
+    clock.now = 1060.0  # the 6 have left the window: 4 + 3 fit
+    ring.check("k", {"q": "xxx"})
+    clock.now = 1061.0
+    assert refusal(ring, "k", "x" * 11).status == 413  # over the allowance: a 413, not a 429 to wait out
+    assert ring.refused == {"429": 1}
