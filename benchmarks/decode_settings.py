@@ -14,7 +14,7 @@ temporary directory whose `model` and `tokenizer` link to the run's. A setting o
     python benchmarks/decode_settings.py runs/aeslc-summarization \\
         --try decode.length_penalty=1.0 --try decode.length_penalty=1.5 \\
         --try "decode.no_repeat_ngram_size=2 decode.beam_size=8" [--json]
-    python benchmarks/decode_settings.py runs/multi30k-de-en-copy --try 'data.test_split="val"' \
+    python benchmarks/decode_settings.py runs/multi30k-de-en-copy --try 'data.test_split="val"' \\
         --try 'data.test_split="val" train.average_last=1' --try 'data.test_split="val" train.average_last=5'
 """
 

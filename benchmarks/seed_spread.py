@@ -8,7 +8,7 @@ validation NLL it logged at update N. With `--set`, test and `--split` are both 
 overrides (runs trained before a recipe changed its [decode]). Nothing in the run directories is written.
 
     python benchmarks/seed_spread.py runs/m30k-copy-wd05-s{1..8} --split val --nll-at 2000 [--json]
-    python benchmarks/seed_spread.py runs/m30k-copy-d4-s{1..5} --split val --nll-at 2000 \
+    python benchmarks/seed_spread.py runs/m30k-copy-d4-s{1..5} --split val --nll-at 2000 \\
         --set 'decode.length_penalty_form="plain"'
 """
 

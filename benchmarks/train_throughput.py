@@ -31,7 +31,7 @@ the fp32 peak (TF32 off, torch's default), bf16 rows against the bf16 peak.
     .venv/bin/python benchmarks/train_throughput.py                 # small + base
     .venv/bin/python benchmarks/train_throughput.py --configs small --steps 10 --json
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 .venv/bin/python benchmarks/train_throughput.py
-    MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456 \
+    MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=68719476736 MALLOC_TOP_PAD_=268435456 \\
         .venv/bin/python benchmarks/train_throughput.py   # glibc kept from returning memory to the OS
 
 The allocator matters here: with glibc's defaults every large activation is a fresh mmap,
