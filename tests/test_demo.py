@@ -25,19 +25,28 @@ def test_the_demo_trains_into_output_and_refuses_another_run_dir(tmp_path):
 
 
 def test_the_demo_never_clears_another_runs_directory_or_a_locked_one(tmp_path):
-    """It clears an earlier demo's checkpoints to start afresh: not those of a run on real data, and not
-    while a process holds the directory (they were gone before the lock was asked for)."""
-    from aiayn.commands.demo import demo_config
+    """It clears an earlier demo's checkpoints to start afresh: not those of a run of `aiayn train`, on real
+    data or on the demo's own recipe, and not while a process holds the directory (they were gone before
+    the lock was asked for)."""
+    from aiayn.commands.demo import DEMO_MARK, _clear_previous_run, demo_config
     from aiayn.io import LockedError, exclusive_lock
     from aiayn.training.config import load_config, save_config
 
-    real, demo = tmp_path / "real", tmp_path / "demo"
+    real, trained, demo = tmp_path / "real", tmp_path / "trained", tmp_path / "demo"
     save_config(load_config(None, ["train.max_updates=1", f'data.corpus="{tmp_path}"']), real)
+    save_config(demo_config(trained), trained)  # `aiayn train recipes/demo.toml`: synthetic, but not a demo's
     save_config(demo_config(demo), demo)
-    for run in (real, demo):
+    (demo / DEMO_MARK).touch()
+    for run in (real, trained, demo):
         (run / "checkpoints" / "ckpt_00000001").mkdir(parents=True)
-    with pytest.raises(ValueError, match=f"{real} holds a run on real data"):
-        run_demo(real)
+    for run in (real, trained):
+        with pytest.raises(ValueError, match=f"{run} holds a run of `aiayn train`"):
+            run_demo(run)
     with exclusive_lock(demo / ".lock", "another run"), pytest.raises(LockedError, match="in use by another process"):
         run_demo(demo)
-    assert (real / "checkpoints" / "ckpt_00000001").is_dir() and (demo / "checkpoints" / "ckpt_00000001").is_dir()
+    assert all((run / "checkpoints" / "ckpt_00000001").is_dir() for run in (real, trained, demo))
+    _clear_previous_run(demo)  # a demo's, not held: cleared, and still marked as the demo's
+    assert not (demo / "checkpoints").exists() and (demo / DEMO_MARK).is_file()
+    fresh = tmp_path / "fresh"
+    _clear_previous_run(fresh)  # a new directory is marked before the training starts
+    assert (fresh / DEMO_MARK).is_file()

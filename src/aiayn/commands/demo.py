@@ -14,6 +14,7 @@ HELP = "train a small Transformer on a synthetic task, offline, and decode held-
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "demo.toml"
 N_TEST = 500  # held-out examples scored at the end
 TEST_SEED_OFFSET = 2  # synthetic splits: train seed, valid seed + 1, test seed + 2 (tasks.translation.synthetic_text)
+DEMO_MARK = ".aiayn-demo"  # in a run directory the demo made: only such a run is cleared by the next demo
 
 
 @dataclass
@@ -58,23 +59,24 @@ def run_demo(out_dir: str | Path, overrides: Sequence[str] = (), n_test: int = N
 
 
 def _clear_previous_run(out_dir: Path) -> None:
-    """The demo always starts afresh: drop the checkpoints of an earlier run there, if it was a run on
-    synthetic data (a demo's) and no process holds it. Another run's directory is refused, untouched."""
+    """The demo always starts afresh: drop the checkpoints of an earlier demo there (its DEMO_MARK says
+    so), unless a process holds it. A run of `aiayn train`, even on the demo's recipe, is refused, untouched;
+    the directory is marked as the demo's before its training starts, so a demo stopped halfway is cleared too."""
     from aiayn.io import exclusive_lock
     from aiayn.training.checkpoint import CHECKPOINT_DIR
-    from aiayn.training.config import CONFIG_NAME, load_config
+    from aiayn.training.config import CONFIG_NAME
     from aiayn.training.pipeline import LOCK_FILE
 
-    config = out_dir / CONFIG_NAME
-    if not config.is_file():
-        return
-    if getattr(load_config(config).data, "corpus", None) != "synthetic":
-        raise ValueError(f"{out_dir} holds a run on real data ({config}); the demo trains afresh into a directory "
-                         "of its own: give another --output")
+    config, mark = out_dir / CONFIG_NAME, out_dir / DEMO_MARK
+    if config.is_file() and not mark.is_file():
+        raise ValueError(f"{out_dir} holds a run of `aiayn train` ({config}), not an earlier demo's; the demo trains "
+                         "afresh into a directory of its own: give another --output")
+    out_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out_dir / LOCK_FILE, f"run directory {out_dir}"):
         for name in (CHECKPOINT_DIR, "tokenizer", "metrics.jsonl"):
             path = out_dir / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        mark.touch()
 
 
 def add_arguments(p) -> None:
