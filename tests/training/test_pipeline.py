@@ -64,6 +64,24 @@ def test_train_writes_a_self_contained_run(tmp_path, recipe, capsys):
     assert "already holds checkpoints" in capsys.readouterr().err
 
 
+def test_a_fresh_run_never_replaces_what_a_directory_no_run_held_has_of_its_names(tmp_path, recipe, capsys):
+    """--run-dir . in a project folder: its recipe named config.toml and its model/ are the user's, kept;
+    a directory an earlier run held (its .lock) is the run's to write again, and other files are let be."""
+    project = tmp_path / "project"
+    (project / "model").mkdir(parents=True)
+    (project / "model" / "notes.txt").write_text("mine")
+    (project / "config.toml").write_text(recipe.read_text() + "# my notes\n")
+    assert main(["train", str(project / "config.toml"), "--run-dir", str(project)]) == 2
+    assert "not a run directory, and it holds config.toml, model, which a run writes" in capsys.readouterr().err
+    assert (project / "config.toml").read_text().endswith("# my notes\n")
+    assert sorted(p.name for p in project.rglob("*")) == ["config.toml", "model", "notes.txt"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tiny.toml").write_text(recipe.read_text())
+    assert main(["train", str(other / "tiny.toml"), "--run-dir", str(other), "--set", "train.validate_every=0"]) == 0
+    assert (other / "tiny.toml").read_text() == recipe.read_text()
+
+
 def test_cli_resume_equals_straight_run(tmp_path, recipe):
     assert main(["train", str(recipe), "--run-dir", str(tmp_path / "a"), "--set", "train.validate_every=0"]) == 0
     assert main(["train", str(recipe), "--run-dir", str(tmp_path / "b"), "--set", "train.validate_every=0",

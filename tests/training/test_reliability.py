@@ -145,6 +145,7 @@ def test_3_a_fresh_start_after_a_crash_before_any_checkpoint_sets_the_old_rows_a
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints" / "best").mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text('{"step": 1, "split": "train", "loss": 9.0}\n{"step": 2, "spl')
+    (run_dir / ".lock").write_text("12345\n")  # the crashed run's lock file, the first thing a run makes
     with caplog.at_level(logging.WARNING):
         train(config(tmp_path, corpus(tmp_path / "c", "abcd"), run_dir))
     assert "moved to" in caplog.text and (run_dir / "stale" / "metrics.jsonl").read_text().startswith('{"step": 1')

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from aiayn.config import training_only_names
+from aiayn.data.tokenizer import TOKENIZER_DIR
 from aiayn.io import exclusive_lock, read_tensors
 from aiayn.models import build_model
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
@@ -34,7 +35,8 @@ from aiayn.training.trainer import FitResult, Progress, Trainer
 log = logging.getLogger(__name__)
 
 
-LOCK_FILE = ".lock"
+LOCK_FILE = ".lock"  # the first thing a run makes in its directory, and left there
+RUN_ENTRIES = (CONFIG_NAME, METRICS_FILE, ckpt.CHECKPOINT_DIR, ckpt.MODEL_DIR, TOKENIZER_DIR)  # what a run replaces
 
 
 def check_run_dir(cfg: TrainConfig, resume: bool) -> Path:
@@ -43,6 +45,11 @@ def check_run_dir(cfg: TrainConfig, resume: bool) -> Path:
         raise ValueError(f"train.run_dir {run_dir} is a file, not a directory")
     if not resume and ckpt.latest_checkpoint(run_dir / ckpt.CHECKPOINT_DIR) is not None:
         raise ValueError(f"{run_dir} already holds checkpoints; use --resume {run_dir} or another train.run_dir")
+    if not resume and run_dir.is_dir() and not (run_dir / LOCK_FILE).exists():
+        taken = [name for name in RUN_ENTRIES if (run_dir / name).exists()]
+        if taken:  # no run has held it: those are the user's (a recipe named config.toml, a model/ of theirs)
+            raise FileExistsError(f"{run_dir}: not a run directory, and it holds {', '.join(taken)}, which a run "
+                                  "writes; choose another train.run_dir")
     return run_dir
 
 
