@@ -120,3 +120,21 @@ def test_dash_is_stdout_when_reading_stdin_too(model_dir, src, tmp_path, monkeyp
     assert out == expected(model_dir)
     assert f"{len(LINES)}line" in err.replace(" ", "")  # piped in, the lines are counted on stderr as -i FILE's are
     assert not (tmp_path / "-").exists()
+
+
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(model_dir, src, tmp_path, capsys):
+    """-o naming the -i file (or a link to it), or evaluate's --save-hyp naming --src or a --ref: refused
+    before any decoding, the input as it was."""
+    link = tmp_path / "link.txt"
+    link.symlink_to(src)
+    before = src.read_text()
+    for out in (src, link):
+        assert translate_to(model_dir, src, out) == 2
+        assert f"{out}: is also an input ({src})" in capsys.readouterr().err
+    ref = tmp_path / "ref.txt"
+    ref.write_text("c b a\n" * len(LINES))
+    for saved in (src, ref):
+        assert main(["evaluate", "--model", str(model_dir), "--src", str(src), "--ref", str(ref),
+                     "--save-hyp", str(saved), *FAST]) == 2
+        assert "is also an input" in capsys.readouterr().err
+    assert src.read_text() == before and ref.read_text() == "c b a\n" * len(LINES)

@@ -34,7 +34,7 @@ def run(args) -> int:
         raise ValueError(f"--{'question' if args.question is None else 'context'} is missing: one answer needs "
                          "--context and --question")
     if args.output is not None:
-        door.check_writable(args.output)
+        door.check_writable(args.output, [args.input])
     pipeline = door.load(args, own_command=True, **translate.pipeline_options(args))
     if one:
         prediction = pipeline([(args.context, args.question)], **translate.translate_kwargs(args))[0]

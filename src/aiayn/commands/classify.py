@@ -17,5 +17,5 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if args.output is not None:
-        door.check_writable(args.output)
+        door.check_writable(args.output, [args.input])
     return door.run_lines(args, door.load(args, own_command=True), {})

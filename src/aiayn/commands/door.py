@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import sys
 from itertools import islice
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
 
@@ -191,9 +191,10 @@ def write_lines(path: str | None, out: list[str]) -> None:
     write_output("-" if path is None else path, "".join(out))
 
 
-def check_writable(path: str) -> None:
-    """Fail before answering, not after, when `path` cannot be written: it is a directory, or its
-    nearest existing folder is a file or not writable. The error names that path or folder."""
+def check_writable(path: str, inputs: Sequence[str | None] = ()) -> None:
+    """Fail before answering, not after, when `path` cannot be written: it is one of the `inputs` (a slip
+    of -o would replace what is read), a directory, or its nearest existing folder is a file or not
+    writable. The error names that path or folder."""
     import errno
     import os
     from pathlib import Path
@@ -202,6 +203,9 @@ def check_writable(path: str) -> None:
 
     if named_fd(path) is not None:  # an open file of this process (/dev/stdout): written as it is
         return
+    for given in inputs:
+        if given not in (None, "-") and Path(path).exists() and Path(given).exists() and os.path.samefile(path, given):
+            raise ValueError(f"{path}: is also an input ({given}); write the output somewhere else")
     if Path(path).is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     folder = Path(path).absolute().parent

@@ -63,7 +63,7 @@ def run(args) -> int:
         sources = read_lines(args.src)
         check_aligned(args.src, sources, args.ref[0], references[0])
         if args.save_hyp:
-            check_writable(args.save_hyp)
+            check_writable(args.save_hyp, [args.src, *args.ref])
         pipeline = _pipeline(args)
         hyps = _decode(args, pipeline, sources)
     refs = [list(per_line) for per_line in zip(*references)]  # per output, its references

@@ -16,6 +16,6 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if args.output is not None:
-        door.check_writable(args.output)
+        door.check_writable(args.output, [args.input])
     pipeline = door.load(args, own_command=True, **translate.pipeline_options(args))  # before reading stdin
     return door.run_lines(args, pipeline, translate.translate_kwargs(args), index_option="first_index")

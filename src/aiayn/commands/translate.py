@@ -84,7 +84,7 @@ def format_nbest(index: int, hyps) -> str:
 
 def run(args) -> int:
     if args.output is not None:
-        door.check_writable(args.output)
+        door.check_writable(args.output, [args.input])
     pipeline = door.load(args, own_command=True, **pipeline_options(args))
     options = dict(translate_kwargs(args), nbest=args.nbest)
     nbest = (lambda i, given, hyps: format_nbest(i, hyps)) if args.nbest is not None else None
