@@ -88,6 +88,22 @@ def output_file(path: str | Path, binary: bool = False) -> Iterator[IO]:
     A path to one of this process's open files (/dev/stdout, /dev/fd/N, /proc/self/fd/N) writes to
     that file descriptor, at its position and in its mode (a shell's `>>` appends), as "-" does.
     """
+    with _naming(path):
+        yield from _output_file(path, binary)
+
+
+@contextlib.contextmanager
+def _naming(path: str | Path) -> Iterator[None]:
+    """An OSError without a file name (a write to a full disk, /dev/full) gets `path` as its name."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None and str(path) != "-":  # stdout's EPIPE: the CLI's own case
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
+
+
+def _output_file(path: str | Path, binary: bool) -> Iterator[IO]:
     mode, encoding = ("wb", None) if binary else ("w", "utf-8")
     if str(path) == "-":
         out = sys.stdout.buffer if binary else sys.stdout

@@ -138,3 +138,16 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(model_dir, src
                      "--save-hyp", str(saved), *FAST]) == 2
         assert "is also an input" in capsys.readouterr().err
     assert src.read_text() == before and ref.read_text() == "c b a\n" * len(LINES)
+
+
+def test_output_path_slips_are_named(model_dir, src, tmp_path, capsys):
+    """A full device names the path (not a bare "No space left on device"); "dir/" for a folder that is
+    not there is not written as a file "dir"; an empty path is refused."""
+    if os.path.exists("/dev/full"):
+        assert translate_to(model_dir, src, "/dev/full") == 2
+        assert "/dev/full: No space left on device" in capsys.readouterr().err
+    assert translate_to(model_dir, src, f"{tmp_path / 'newout'}/") == 2
+    assert f"{tmp_path / 'newout'}/: Not a directory" in capsys.readouterr().err
+    assert not (tmp_path / "newout").exists()
+    assert translate_to(model_dir, src, "") == 2
+    assert "the output path is empty" in capsys.readouterr().err

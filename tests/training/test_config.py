@@ -100,6 +100,16 @@ def test_missing_file(tmp_path):
         load_config(tmp_path / "nope.toml")
 
 
+def test_a_directory_given_as_config_says_what_to_give_and_a_byte_order_mark_is_read(tmp_path):
+    run = tmp_path / "run1"
+    run.mkdir()
+    with pytest.raises(ConfigError, match=f"{run}: is a directory, not a config file .*--resume {run}"):
+        load_config(run)
+    bom = tmp_path / "bom.toml"
+    bom.write_bytes(b"\xef\xbb\xbf" + GOOD.encode())  # as a Windows editor saves it
+    assert load_config(bom) == load_config(write(tmp_path, GOOD))
+
+
 def test_run_config_needs_a_budget():
     with pytest.raises(ConfigError, match="at least one of"):
         RunConfig()

@@ -203,6 +203,10 @@ def check_writable(path: str, inputs: Sequence[str | None] = ()) -> None:
 
     if named_fd(path) is not None:  # an open file of this process (/dev/stdout): written as it is
         return
+    if not str(path):
+        raise ValueError("the output path is empty")
+    if str(path).endswith(os.sep) and not Path(path).is_dir():  # "out/": a folder meant, not a file "out"
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
     for given in inputs:
         if given not in (None, "-") and Path(path).exists() and Path(given).exists() and os.path.samefile(path, given):
             raise ValueError(f"{path}: is also an input ({given}); write the output somewhere else")

@@ -285,10 +285,13 @@ def load_config(path: Optional[str | Path] = None, overrides: Sequence[str] = ()
     source = "<defaults>"
     if path is not None:
         path, source = Path(path), str(path)
+        if path.is_dir():
+            raise ConfigError(f"{path}: is a directory, not a config file (a run's is {path / CONFIG_NAME}; "
+                              f"--resume {path} continues that run)")
         if not path.is_file():
             raise FileNotFoundError(f"config file not found: {path}")
-        try:
-            data = tomllib.loads(read_utf8(path))  # a bad byte: a ValueError naming the file and line
+        try:  # a bad byte: a ValueError naming the file and line; a byte-order mark (Windows editors) is let be
+            data = tomllib.loads(read_utf8(path).removeprefix("\ufeff"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: invalid TOML: {e}") from None
     for item in overrides:
