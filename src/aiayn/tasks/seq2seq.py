@@ -34,7 +34,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from aiayn.config import PAD_ID
+from aiayn.config import PAD_ID, UNK_ID
 from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
@@ -49,6 +49,7 @@ from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
+UNKNOWN_WARNING = 0.05  # a share of <unk> tokens above this: the vocabulary was made for other text
 
 
 
@@ -132,6 +133,7 @@ class Seq2SeqTask:
         self.check_test_split()
         self.tokenizers = self._tokenizers(run_dir, dist, fresh)
         full = self.dataset(data.train_split)
+        warn_unknown(full, f"{data.corpus} split {data.train_split!r}", data.tokenizer)
         self.train_set = full.filter(max_len=data.max_length)
         self.drops.note(data.train_split, "too_long", len(full) - len(self.train_set), len(full),
                         f"a side over data.max_length = {data.max_length} tokens")
@@ -305,6 +307,17 @@ class Seq2SeqTask:
         save_tokenizers(self.tokenizers, model_dir)
         write_task_info(model_dir, {"task": self.name, "decode": dataclasses.asdict(self.cfg.decode),
                                     **self.inference_options(), **self.task_info()})
+
+
+def warn_unknown(ids: ParallelDataset, what: str, tokenizer: str = "") -> None:
+    """Log a warning when more than UNKNOWN_WARNING of either side's tokens are <unk>: a vocabulary
+    trained on other text (`data.tokenizer` of another run) turns a corpus into <unk>s, and the model then
+    learns to write nothing."""
+    for side, tokens in (("source", ids.src_ids), ("target", ids.tgt_ids)):
+        share = float((tokens == UNK_ID).mean()) if len(tokens) else 0.0
+        if share > UNKNOWN_WARNING:
+            log.warning("%s: %.1f%% of the %s tokens are <unk>; the vocabulary (%s) does not cover this text",
+                        what, 100 * share, side, f"data.tokenizer = {tokenizer}" if tokenizer else "trained here")
 
 
 def _batches(dataset: ParallelDataset, indices: list[list[int]]) -> LazyBatches:
