@@ -50,6 +50,7 @@ def run(args) -> int:
         refuse_a_model_dir(out)
         settings = _vocabulary_settings(args)
         train = read_corpus(args.corpus, split="train", **common)
+        refuse_no_text(train, args.corpus)
         tokenizers = train_tokenizers(train.src, train.tgt, **settings)
         save_tokenizers(tokenizers, out)
         kind = "joint" if tokenizers.joint else "separate"
@@ -70,12 +71,33 @@ def _data_defaults():
 
 
 def _vocabulary_settings(args) -> dict:
-    """`train_tokenizers`' settings from the flags; unset ones are `aiayn train`'s, so that their caches agree."""
+    """`train_tokenizers`' settings from the flags; unset ones are `aiayn train`'s, so that their caches agree.
+    A flag is checked as the setting it stands for (data.vocab_size, train.seed) is: an error names both."""
+    from aiayn.config import ConfigError
     from aiayn.training.config import RunConfig
 
     data = _data_defaults()
-    return dict(vocab_size=args.vocab_size or data.vocab_size, model_type=args.model_type or data.vocab_type,
-                joint=not args.separate_vocab, seed=RunConfig.seed if args.seed is None else args.seed)
+    vocab_size = data.vocab_size if args.vocab_size is None else args.vocab_size
+    seed = RunConfig.seed if args.seed is None else args.seed
+    for flag, check in (("--vocab-size", lambda: data(vocab_size=vocab_size)),
+                        ("--seed", lambda: RunConfig(seed=seed, max_updates=1))):  # max_updates: RunConfig needs a budget
+        try:
+            check()
+        except ConfigError as e:
+            raise ConfigError(f"{flag}: {e}") from None
+    return dict(vocab_size=vocab_size, model_type=args.model_type or data.vocab_type,
+                joint=not args.separate_vocab, seed=seed)
+
+
+def refuse_no_text(corpus, source) -> None:
+    """A vocabulary is trained on text: a training split without any (empty, or every pair with an empty
+    side) is an error naming its file(s)."""
+    from aiayn.data.corpus import CorpusError
+
+    if not any(t.strip() for t in corpus.src) or not any(t.strip() for t in corpus.tgt):
+        files = ", ".join(map(str, corpus.files)) or str(source)
+        raise CorpusError(f"{files}: no text to train a vocabulary on ({corpus.stats.n_read} lines read, "
+                          f"{corpus.stats.n_empty} with an empty side)")
 
 
 def refuse_a_model_dir(out) -> None:

@@ -91,9 +91,12 @@ def checkpoint_task_info(ckpt: str | Path) -> dict:
 def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", **options):
     """The inference door of a model directory: its task's `Pipeline`, set up as its task.json says
     (decoding defaults, how long inputs are cut); `options` that are not None win over task.json.
+    A task.json whose task cannot drive the directory's model type (e.g. copied from another model by
+    `aiayn average --task-from`) is an error naming it, before the model is loaded.
     `backend`: "native" (aiayn's own decoder) or one the pipeline lists in `backends`."""
     task = task_of(model_dir)
     pipeline = task_class(task).pipeline
+    pipeline.check_model_type(model_dir, task)
     if backend not in pipeline.backends:
         raise ValueError(f"{model_dir}: a {task} model runs on the {' or '.join(pipeline.backends)} backend, not {backend}")
     options = {k: v for k, v in options.items() if v is not None}  # None: as task.json says

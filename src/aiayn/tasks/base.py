@@ -120,8 +120,8 @@ def task_field(info: dict, model_dir: str | Path, name: str, kind: type, what: s
 
 def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     """The model directory's task.json ({} for a directory written before it existed: a translation
-    model). A path that is not a model directory (no config.json) is an error saying so; with
-    `expect`, a directory of another task is an error naming both."""
+    model). A path that is not a model directory (no config.json), or a "task" that is not a name, is
+    an error saying so; with `expect`, a directory of another task is an error naming both."""
     from aiayn.models.base import CONFIG_FILE
 
     model_dir = Path(model_dir)
@@ -134,6 +134,8 @@ def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     from aiayn.tasks import DEFAULT_TASK
 
     found = info.get("task", DEFAULT_TASK)
+    if not isinstance(found, str) or not found.strip():
+        raise ValueError(f"{path}: task must be a task name (a string such as {DEFAULT_TASK!r}), got {found!r}")
     if expect is not None and found != expect:
         raise ValueError(f"{model_dir}: a {found} model ({TASK_FILE}), not a {expect} model")
     return info

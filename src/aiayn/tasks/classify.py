@@ -35,8 +35,9 @@ from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.decoding.common import input_tokens, pad_sources
-from aiayn.models.base import eval_mode
-from aiayn.tasks.base import Drops, read_task_info, run_tokenizers, task_field, write_task_info, write_test_scores
+from aiayn.models.base import CONFIG_FILE, eval_mode
+from aiayn.models.encoder_only import EncoderOnly
+from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, task_field, write_task_info, write_test_scores
 from aiayn.tasks.pipeline import Pipeline, Route, check_fields, check_texts
 from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, carving, check_carve, check_positive
@@ -141,8 +142,42 @@ def check_fits(max_input_tokens: int, max_positions: int) -> None:
 
 
 def labels_of(info: dict, model_dir: str | Path) -> list[str]:
-    """The class names in `model_dir`'s task.json (`info`); their absence is an error naming the file."""
-    return task_field(info, model_dir, "labels", list, "the class names, a list")
+    """The class names in `model_dir`'s task.json (`info`): strings, one per class of the model's head
+    (config.json's n_classes). Their absence, another type or another number is an error naming the file."""
+    from aiayn.models import read_config
+
+    labels = task_field(info, model_dir, "labels", list, "the class names, a list")
+    path = Path(model_dir) / TASK_FILE
+    odd = [label for label in labels if not isinstance(label, str)]
+    if odd:
+        raise ValueError(f"{path}: labels must be strings (the class names), found {odd[0]!r}")
+    n_classes = getattr(read_config(model_dir)[1], "n_classes", None)  # None: a model with no head (refused elsewhere)
+    if n_classes is not None and len(labels) != n_classes:
+        raise ValueError(f"{path}: labels names {len(labels)} class{'es' * (len(labels) != 1)} for a model of {n_classes} "
+                         f"({CONFIG_FILE}'s n_classes); this task.json belongs to another model")
+    return labels
+
+
+def input_limit(info: dict, model_dir: str | Path, max_positions: int) -> int:
+    """How many tokens a loaded classifier keeps of an input: task.json's max_input_tokens (max_length
+    before the rename), refused with the file's name when the model cannot hold it; without either, the
+    training default (`ClassifyData.max_input_tokens`) where the model holds it, else all the model holds."""
+    path = Path(model_dir) / TASK_FILE
+    for key in ("max_input_tokens", "max_length"):
+        if key in info:
+            value = info[key]
+            if type(value) is not int or value < 1:
+                raise ValueError(f"{path}: {key} must be a whole number of at least 1, got {value!r}")
+            try:
+                check_fits(value, max_positions)
+            except ConfigError as e:
+                said = f" ({key}, its earlier name)" if key != "max_input_tokens" else ""
+                raise ConfigError(f"{path}: {e}{said}") from None
+            return value
+    limit = min(ClassifyData.max_input_tokens, max_positions - 1)
+    log.warning("%s has no max_input_tokens: inputs are cut to %d tokens (%s)", path, limit,
+                "the training default" if limit == ClassifyData.max_input_tokens else "all the model's positions hold")
+    return limit
 
 
 class Classifier(Pipeline):
@@ -153,6 +188,7 @@ class Classifier(Pipeline):
     routes = (Route("POST", "/v1/classify", "classify_route", "classify texts",
                     example='{"text": "a text to classify"}'),)
     load_options = ("max_input_tokens",)
+    model_types = (EncoderOnly.model_type,)
 
     def __init__(self, model, tokenizer, labels: list[str], max_length: int):
         if type(max_length) is not int or max_length < 1:
@@ -167,9 +203,10 @@ class Classifier(Pipeline):
         from aiayn.models import load_model
 
         info = read_task_info(model_dir, expect=cls.task)
-        limit = info.get("max_input_tokens", info.get("max_length", ClassifyData.max_input_tokens)) \
-            if max_input_tokens is None else max_input_tokens
-        return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src, labels_of(info, model_dir), limit)
+        labels = labels_of(info, model_dir)
+        model = load_model(model_dir, device=device)
+        limit = input_limit(info, model_dir, model.config.max_positions) if max_input_tokens is None else max_input_tokens
+        return cls(model, load_tokenizers(model_dir).src, labels, limit)
 
     def run(self, texts: list[str], progress=None, batch_size: int = 64, **options) -> list[tuple[str, float]]:
         refuse_options(self.task, options)

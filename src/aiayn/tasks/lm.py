@@ -29,6 +29,7 @@ import torch
 from aiayn.config import PAD_ID, check_choice, check_sampling_use
 from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.models.decoder_only import DecoderOnly
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
 from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts, text_events
 from aiayn.tasks.settings import VocabSettings, check, check_fraction
@@ -105,6 +106,7 @@ class Generator(Pipeline):
     longer than the block keeps its last half block, with a warning."""
 
     task, command = "lm", "generate"
+    model_types = (DecoderOnly.model_type,)
     routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt",
                     example='{"prompt": "the start of a text", "stream": true}'),)  # the page shows the text grow
     max_new_tokens_limit = 2000  # what one HTTP request may ask for

@@ -35,6 +35,8 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from aiayn.config import PAD_ID, UNK_ID
+from aiayn.models.rnn import RNNEncoderDecoder
+from aiayn.models.transformer import Transformer
 from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
@@ -353,6 +355,7 @@ class TextPipeline(Pipeline):
     A subclass says how an input becomes a source (`source`) and adds its routes."""
 
     backends = BACKENDS
+    model_types = (Transformer.model_type, RNNEncoderDecoder.model_type)  # the sequence-to-sequence models
     # the Translator's (or CTranslate2's): how its decoder computes, how sources are cut and batched, its defaults
     load_options = ("precision", "quantize", "max_input_tokens", "batch_tokens", "keep", "decode", "sampling")
 
