@@ -91,13 +91,8 @@ def _figure(args, size: dict):
     """Draw the figure of args.kind; `size` is {} (each plot's default) or {"size": (w, h)}."""
     from aiayn import plots
 
-    if args.kind == "attention":  # through the model's pipeline: its input is cut as every door cuts it
-        from aiayn.commands.door import load
-
-        line = args.sentence if args.image is None else str(args.image)
-        maps = load(args).attention(line, max_len_b=args.max_len_b)
-        print(maps.describe(), file=_notes(args))
-        return maps.draw(args.part, args.layer, args.head, **size)
+    if args.kind == "attention":
+        return _attention(args, size)
     if args.kind == "positional":
         return plots.plot_positional(**_given(args, length="length", d_model="d_model", dims="dims"), **size)
     if args.kind == "mask":
@@ -113,12 +108,34 @@ def _figure(args, size: dict):
     return plots.plot_scaling(**_scaling_dims(args.max_dk), **_given(args, seed="seed"), **size)
 
 
+def _attention(args, size: dict):
+    """Through the model's pipeline: its input is cut as every door cuts it; `--image` (a test image's
+    index) for a pipeline that reads images, `--sentence` for one that reads text."""
+    from aiayn.commands.door import load
+    from aiayn.config import DecodeConfig
+
+    if args.max_len_b is not None:
+        DecodeConfig(max_len_b=args.max_len_b)  # refused as `aiayn translate --max-len-b` refuses it
+    image = args.image is not None
+    pipeline = load(args)
+    if pipeline.reads_images != image:
+        if image:
+            raise ValueError(f"--image {args.image}: {args.model} reads text, not images; give --sentence TEXT")
+        raise ValueError(f"--sentence {args.sentence!r}: {args.model} reads images, not text; "
+                         "give --image N (the number of a test image)")
+    maps = pipeline.attention(str(args.image) if image else args.sentence, max_len_b=args.max_len_b)
+    print(maps.describe(), file=_notes(args))
+    return maps.draw(args.part, args.layer, args.head, **size)
+
+
 def _scaling_dims(max_dk: int | None) -> dict:
     """{"dims": the powers of two up to --max-dk}, or {} without the flag (the plot's own)."""
+    from aiayn.plots.scaling import MAX_DK
+
     if max_dk is None:
         return {}
-    if max_dk < 1:
-        raise ValueError(f"--max-dk must be at least 1, got {max_dk}")
+    if not 1 <= max_dk <= MAX_DK:
+        raise ValueError(f"--max-dk must be from 1 to {MAX_DK}, got {max_dk}")
     return {"dims": [2**i for i in range(max_dk.bit_length())]}
 
 

@@ -7,6 +7,7 @@ not change the backend a notebook has chosen (a `Figure` still displays inline t
 
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -17,13 +18,29 @@ from aiayn.io import output_file
 
 DPI = 100
 DEFAULT_SIZE = (1000, 700)  # pixels (width, height)
+MIN_SIDE = 50  # pixels: smaller leaves no room for a title and axis labels
+# Agg holds the whole canvas in memory (4 bytes a pixel) and matplotlib several working copies:
+# 5000x5000 took 0.7 GB, 10000x10000 2.2 GB, 100000x100000 failed to allocate (std::bad_alloc)
+MAX_SIDE, MAX_PIXELS = 10_000, 25_000_000
+
+
+def check_size(width: int, height: int) -> None:
+    """A picture of width x height pixels is between MIN_SIDE a side and MAX_SIDE a side, MAX_PIXELS in all."""
+    if not (MIN_SIDE <= width <= MAX_SIDE and MIN_SIDE <= height <= MAX_SIDE) or width * height > MAX_PIXELS:
+        raise ValueError(f"size must be from {MIN_SIDE}x{MIN_SIDE} to {MAX_SIDE}x{MAX_SIDE} pixels and at most "
+                         f"{MAX_PIXELS:,} pixels in all, got {width}x{height}")
+
+
+def check_whole(name: str, value, low: int, high: int) -> None:
+    """`value` is a whole number from `low` to `high`; a ValueError naming `name` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
 
 
 def new_figure(size: tuple[int, int] = DEFAULT_SIZE, dpi: int = DPI) -> Figure:
     """A figure of exactly `size` pixels (width, height) when saved at `dpi`, with constrained layout."""
     width, height = size
-    if width < 50 or height < 50:
-        raise ValueError(f"figure size must be at least 50x50 pixels, got {width}x{height}")
+    check_size(width, height)
     fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -41,11 +58,12 @@ def save_png(fig: Figure, path: str | Path) -> Path:
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    """'1000x700' -> (1000, 700)."""
+    """'1000x700' -> (1000, 700), within `check_size`'s bounds."""
     try:
         width, height = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise ValueError(f"size must look like WIDTHxHEIGHT in pixels, e.g. 1000x700, got {text!r}") from None
+    check_size(width, height)
     return width, height
 
 

@@ -9,15 +9,21 @@ import torch
 
 from aiayn.modules import masks
 from aiayn.config import PAD_ID
-from aiayn.plots._figure import new_figure
+from aiayn.plots._figure import check_whole, new_figure
 
 SIZE = (1000, 420)  # three square panels side by side
+# Every position gets a tick and a grid cell, and a panel is about 300 pixels wide at SIZE: past a
+# few hundred positions a cell is under a pixel and the picture is grey. (100,000 asked for 24 GB.)
+MAX_POSITIONS = 256
 
 
 def example_batch(lengths: Sequence[int], pad_id: int = PAD_ID) -> torch.Tensor:
     """A padded batch (B, max length) of dummy token ids with the given lengths."""
     if not lengths or min(lengths) < 1:
         raise ValueError(f"lengths must be positive integers, got {list(lengths)}")
+    if len(lengths) > MAX_POSITIONS or max(lengths) > MAX_POSITIONS:
+        raise ValueError(f"lengths must be at most {MAX_POSITIONS} sentences of at most {MAX_POSITIONS} tokens, "
+                         f"got {len(lengths)} sentences, the longest {max(lengths)}")
     batch = torch.full((len(lengths), max(lengths)), pad_id, dtype=torch.long)
     for row, n in enumerate(lengths):
         batch[row, :n] = torch.arange(n) + pad_id + 1 + 3  # any non-pad ids
@@ -41,8 +47,7 @@ def plot_masks(lengths: Sequence[int] = (5, 3, 7), tgt_len: int = 6, size: tuple
     causal mask (T x T, §3.2.3), and the decoder's self-attention mask of a padded target
     (causal & padding) for the shortest sentence, all built by `aiayn.modules.masks`.
     """
-    if tgt_len < 1:
-        raise ValueError(f"tgt_len must be at least 1, got {tgt_len}")
+    check_whole("tgt_len", tgt_len, 1, MAX_POSITIONS)
     batch = example_batch(lengths)
     padding = masks.padding_mask(batch, PAD_ID).numpy()  # (B, S)
     causal = masks.causal_mask(tgt_len).numpy()  # (T, T)

@@ -8,9 +8,13 @@ import numpy as np
 
 from aiayn.config import TransformerConfig
 from aiayn.modules.embeddings import sinusoid_table
-from aiayn.plots._figure import DEFAULT_SIZE, new_figure
+from aiayn.plots._figure import DEFAULT_SIZE, check_whole, new_figure
 
 DEFAULT_DIMS = (4, 5, 6, 7)  # two sin/cos pairs of fairly high frequency
+# The heatmap is about 900 pixels wide, so past a few thousand positions a column is under a pixel;
+# 4096 is four times the paper's largest d_model. A 4096 x 4096 table drew in 1.5 GB; 10^7 positions
+# asked for 20 GB before these bounds.
+MAX_LENGTH = MAX_D_MODEL = 4096
 
 
 def plot_positional(
@@ -23,8 +27,10 @@ def plot_positional(
     the dimension, from 2π to 10000·2π. Returns (figure, {"table", "positions", "dims"}).
     """
     d_model = TransformerConfig().d_model if d_model is None else d_model
-    if length < 1:
-        raise ValueError(f"length must be at least 1, got {length}")
+    check_whole("length", length, 1, MAX_LENGTH)
+    check_whole("d_model", d_model, 1, MAX_D_MODEL)
+    if not len(dims):
+        raise ValueError("dims must name at least one dimension to draw, got none")
     bad = [d for d in dims if not 0 <= d < d_model]
     if bad:
         raise ValueError(f"dimensions {bad} outside 0..{d_model - 1}")

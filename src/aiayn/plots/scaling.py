@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from aiayn.plots._figure import DEFAULT_SIZE, new_figure, plain_log_ticks
+from aiayn.plots._figure import DEFAULT_SIZE, check_whole, new_figure, plain_log_ticks
 
 DEFAULT_DIMS = tuple(2**i for i in range(11))  # 1 .. 1024
+# The point is made by d_k of a few thousand (the paper's is 64); d_k = 2^16 draws (256 + 32) x 2^16
+# normal numbers, in seconds; d_k up to 2^66 (--max-dk 10^20) ran for minutes before this bound.
+MAX_DK = 2**16
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -42,6 +45,8 @@ def softmax_statistics(scores: np.ndarray) -> dict[str, float]:
 def scaling_experiment(dims=DEFAULT_DIMS, n_queries: int = 256, n_keys: int = 32, seed: int = 0) -> dict[str, np.ndarray]:
     """For each d_k draw unit-variance q (n_queries) and k (n_keys) and measure var(q·k) and
     softmax statistics of the raw and the scaled (÷ sqrt(d_k)) scores. Deterministic in `seed`."""
+    for d_k in dims:
+        check_whole("d_k", d_k, 1, MAX_DK)
     rng = np.random.default_rng(seed)
     out: dict[str, list[float]] = {"d_k": [], "var_qk": [], "var_scaled": []}
     for d_k in dims:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import logging
+import math
 from typing import Callable, Sequence
 
 import numpy as np
 
 from aiayn.config import OptimConfig, TransformerConfig
-from aiayn.plots._figure import DEFAULT_SIZE, new_figure
+from aiayn.plots._figure import DEFAULT_SIZE, check_whole, new_figure
 
 log = logging.getLogger(__name__)
 TITLES = MappingProxyType({
@@ -19,6 +20,9 @@ TITLES = MappingProxyType({
     "constant": "constant: linear warmup to factor, then flat",
 })
 WARMUP_MULTIPLES = 25  # default x range: 25 warmups = the paper's 100k steps for warmup 4000
+# Far beyond any training run, yet steps (25 x warmup at most) stay exact in float64 and int64;
+# 10^20 steps failed inside numpy, a 400-digit d_model overflowed the float conversion.
+MAX_STEPS, MAX_D_MODEL = 10**12, 2**20
 
 
 def available_schedules() -> dict[str, Callable[..., float]]:
@@ -60,9 +64,13 @@ def plot_schedule(
     d_model = TransformerConfig().d_model if d_model is None else d_model
     warmup = OptimConfig().warmup_steps if warmup is None else warmup
     factor = OptimConfig().lr_factor if factor is None else factor
+    check_whole("d_model", d_model, 1, MAX_D_MODEL)
+    check_whole("warmup", warmup, 1, MAX_STEPS)
+    if total_steps is not None:
+        check_whole("steps", total_steps, 1, MAX_STEPS)
+    if not 0 < factor < math.inf:  # NaN fails both
+        raise ValueError(f"factor must be a finite number > 0, got {factor}")
     total_steps = WARMUP_MULTIPLES * warmup if total_steps is None else total_steps
-    if min(d_model, warmup, total_steps) < 1 or factor <= 0:
-        raise ValueError("d_model, warmup and total steps must be >= 1 and factor > 0")
     registry = available_schedules()
     names = ["noam"] if names is None else list(names)
     unknown = [n for n in names if n not in registry]

@@ -103,10 +103,31 @@ class Pipeline:
     # what `from_pretrained` (and `load_pipeline`) take beyond the directory, e.g. "precision", "quantize",
     # "max_input_tokens": any other option given is an error, never silently ignored
     load_options: ClassVar[tuple[str, ...]] = ()
+    # the model types it drives (config.json's model_type: names in `aiayn.models.MODEL_TYPES`); a model
+    # directory of another type is refused by `check_model_type`. () = not said: `from_pretrained` checks
+    model_types: ClassVar[tuple[str, ...]] = ()
+    reads_images: ClassVar[bool] = False  # its inputs are images (`attention` takes a test image's index), not text
 
     @classmethod
     def from_pretrained(cls, model_dir, device="cpu", **options) -> "Pipeline":
         raise NotImplementedError
+
+    @classmethod
+    def check_model_type(cls, model_dir, task: str) -> None:
+        """A ValueError naming task.json, the task and the model type when the model in `model_dir` is
+        not of `model_types`: its task.json was made for another model (e.g. `aiayn average --task-from`)."""
+        if not cls.model_types:
+            return
+        from pathlib import Path
+
+        from aiayn.models import CONFIG_FILE, read_config
+        from aiayn.tasks.base import TASK_FILE
+
+        model_type, _ = read_config(model_dir)
+        if model_type not in cls.model_types:
+            raise ValueError(f"{Path(model_dir) / TASK_FILE}: task {task!r} drives {' or '.join(cls.model_types)} "
+                             f"models, but the model of {model_dir} is {model_type} ({CONFIG_FILE}): this task.json "
+                             "belongs to another model")
 
     def __call__(self, inputs: Sequence, progress: Optional[Callable[[int], None]] = None, **options) -> list:
         """Outputs for `inputs`, in order. `options` override the directory's settings for this call."""

@@ -85,6 +85,7 @@ class ImageClassifier(Classifier):
     routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])",
                     example='{"image": [[0.0, 0.5], [1.0, 0.25]]}'),)
     load_options = ()
+    reads_images = True
 
     def __init__(self, model, labels: list[str], patch_size: int):
         self.model, self.labels, self.patch_size = model.eval(), labels, patch_size
