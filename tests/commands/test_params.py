@@ -15,6 +15,13 @@ def test_measured_and_analytic_counts_agree_and_every_family_recipe_builds(capsy
     assert recipes == {r for r, _, _ in FAMILY}
 
 
+def test_a_vocabulary_no_memory_holds_is_counted_not_allocated(capsys):
+    """10^12 tokens x 512 would be 2 TB of fp32 weights: counted on the meta device, as the formula counts."""
+    assert main(["params", "--preset", "base", "--vocab", str(10**12)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert row.startswith("base") and str(10**12 * 512)[:6] in row.replace(",", "")
+
+
 def test_generate_help_names_the_pipelines_own_defaults():
     """`aiayn generate`'s flags default to None (the pipeline's GenerateRequest decides); their help says
     what that is, and must keep saying it."""

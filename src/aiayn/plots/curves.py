@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure, plain_log_ticks
+from aiayn.training.metrics import METRICS_FILE
 
 log = logging.getLogger(__name__)
-METRICS_FILE = "metrics.jsonl"
 PANELS = (("loss", "loss (label-smoothed)", "linear"), ("ppl", "perplexity", "log"),
           ("bleu", "BLEU", "linear"), ("lr", "learning rate", "linear"))
 STYLE = MappingProxyType({"train": dict(color="tab:blue", linewidth=1, alpha=0.8),
