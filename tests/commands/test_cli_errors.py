@@ -106,7 +106,7 @@ def test_read_only_output_folder(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("command", ["translate", "plot"])
 def test_a_one_stack_model_without_task_json_is_one_line(command, tmp_path, monkeypatch, capsys):
     """Without task.json a directory is read as a translation model; a decoder-only one cannot be
-    one, and says so (it was an AttributeError's traceback)."""
+    one, and says so, before anything is loaded (it was an AttributeError's traceback)."""
     from aiayn.data.synthetic import symbols
     from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
     from aiayn.models import DecoderOnly, DecoderOnlyConfig
@@ -117,7 +117,9 @@ def test_a_one_stack_model_without_task_json_is_one_line(command, tmp_path, monk
     args = ["translate", str(tmp_path)] if command == "translate" else [
         "plot", "attention", "--model", str(tmp_path), "--sentence", "a b", "-o", str(tmp_path / "a.png")]
     assert main(args) == 2
-    assert "a decoder-only model does not translate" in one_error_line(capsys.readouterr().err, command)
+    assert one_error_line(capsys.readouterr().err, command) == (
+        f"{tmp_path}: no task.json, so read as a translation model, which is an encoder-decoder or rnn model; "
+        "this one is decoder-only (config.json)")
 
 
 def test_cuda_without_a_gpu_is_one_line(monkeypatch, capsys):

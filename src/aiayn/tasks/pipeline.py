@@ -123,11 +123,18 @@ class Pipeline:
         from aiayn.models import CONFIG_FILE, read_config
         from aiayn.tasks.base import TASK_FILE
 
-        model_type, _ = read_config(model_dir)
-        if model_type not in cls.model_types:
-            raise ValueError(f"{Path(model_dir) / TASK_FILE}: task {task!r} drives {' or '.join(cls.model_types)} "
-                             f"models, but the model of {model_dir} is {model_type} ({CONFIG_FILE}): this task.json "
-                             "belongs to another model")
+        try:
+            model_type, _ = read_config(model_dir)
+        except (OSError, ValueError):
+            return  # not an aiayn model (a CTranslate2 export): the loader says what it is and what to do
+        if model_type in cls.model_types:
+            return
+        if not (Path(model_dir) / TASK_FILE).is_file():  # read as the default task
+            raise ValueError(f"{model_dir}: no {TASK_FILE}, so read as a {task} model, which is an "
+                             f"{' or '.join(cls.model_types)} model; this one is {model_type} ({CONFIG_FILE})")
+        raise ValueError(f"{Path(model_dir) / TASK_FILE}: task {task!r} drives {' or '.join(cls.model_types)} "
+                         f"models, but the model of {model_dir} is {model_type} ({CONFIG_FILE}): this task.json "
+                         "belongs to another model")
 
     def __call__(self, inputs: Sequence, progress: Optional[Callable[[int], None]] = None, **options) -> list:
         """Outputs for `inputs`, in order. `options` override the directory's settings for this call."""
