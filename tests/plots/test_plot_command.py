@@ -149,8 +149,9 @@ def test_plot_help_names_the_plot_functions_own_defaults(kind, flag, function, p
 
     from aiayn import plots
 
-    parser = build_parser()._subparsers._group_actions[0].choices["plot"]
-    action = next(a for a in parser._subparsers._group_actions[0].choices[kind]._actions if flag in a.option_strings)
+    from cli_parsers import subcommand
+
+    action = next(a for a in subcommand("plot", kind)._actions if flag in a.option_strings)
     assert action.default is None
     said = re.search(r"default (\S+?)\)", action.help).group(1)
     default = inspect.signature(getattr(plots, function)).parameters[param].default

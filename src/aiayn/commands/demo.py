@@ -62,9 +62,11 @@ def _clear_previous_run(out_dir: Path) -> None:
     """The demo always starts afresh: drop the checkpoints of an earlier demo there (its DEMO_MARK says
     so), unless a process holds it. A run of `aiayn train`, even on the demo's recipe, is refused, untouched;
     the directory is marked as the demo's before its training starts, so a demo stopped halfway is cleared too."""
+    from aiayn.data.tokenizer import TOKENIZER_DIR
     from aiayn.io import exclusive_lock
     from aiayn.training.checkpoint import CHECKPOINT_DIR
     from aiayn.training.config import CONFIG_NAME
+    from aiayn.training.metrics import METRICS_FILE
     from aiayn.training.pipeline import LOCK_FILE
 
     config, mark = out_dir / CONFIG_NAME, out_dir / DEMO_MARK
@@ -73,7 +75,7 @@ def _clear_previous_run(out_dir: Path) -> None:
                          "afresh into a directory of its own: give another --output")
     out_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_lock(out_dir / LOCK_FILE, f"run directory {out_dir}"):
-        for name in (CHECKPOINT_DIR, "tokenizer", "metrics.jsonl"):
+        for name in (CHECKPOINT_DIR, TOKENIZER_DIR, METRICS_FILE):
             path = out_dir / name
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         mark.touch()

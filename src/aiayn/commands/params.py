@@ -15,13 +15,13 @@ def run(args) -> int:
     from aiayn.config import PRESETS, TransformerConfig
     from aiayn.models import Transformer, count_parameters
 
-    print(f"{'preset':<8}{'d_model':>8}{'heads':>6}{'layers':>8}{'d_ff':>6}{'parameters':>14}{'analytic':>14}")
+    print(f"{'preset':<8}{'d_model':>8}{'heads':>6}{'layers':>8}{'d_ff':>6} {'parameters':>14} {'analytic':>14}")
     for name in args.preset or list(PRESETS):
         cfg = TransformerConfig.preset(name, src_vocab_size=args.vocab)
         with torch.device("meta"):  # counted without the memory: any --vocab, at once
             n = Transformer(cfg).num_parameters()
         layers = f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers}"
-        print(f"{name:<8}{cfg.d_model:>8}{cfg.n_heads:>6}{layers:>8}{cfg.d_ff:>6}{n:>14,}{count_parameters(cfg):>14,}")
+        print(f"{name:<8}{cfg.d_model:>8}{cfg.n_heads:>6}{layers:>8}{cfg.d_ff:>6} {n:>14,} {count_parameters(cfg):>14,}")  # spaces: wide counts stay apart
     print(f"(shared {args.vocab:,}-token vocabulary; tied embeddings and pre-softmax projection, §3.4)")
     print()
     print(f"{'recipe':<22}{'model_type':<17}{'d_model':>8}{'layers':>8}{'vocabulary':>12}{'parameters':>14}")

@@ -74,13 +74,13 @@ def _vocabulary_settings(args) -> dict:
     """`train_tokenizers`' settings from the flags; unset ones are `aiayn train`'s, so that their caches agree.
     A flag is checked as the setting it stands for (data.vocab_size, train.seed) is: an error names both."""
     from aiayn.config import ConfigError
-    from aiayn.training.config import RunConfig
+    from aiayn.training.config import RunConfig, check_seed
 
     data = _data_defaults()
     vocab_size = data.vocab_size if args.vocab_size is None else args.vocab_size
     seed = RunConfig.seed if args.seed is None else args.seed
     for flag, check in (("--vocab-size", lambda: data(vocab_size=vocab_size)),
-                        ("--seed", lambda: RunConfig(seed=seed, max_updates=1))):  # max_updates: RunConfig needs a budget
+                        ("--seed", lambda: check_seed(seed))):
         try:
             check()
         except ConfigError as e:

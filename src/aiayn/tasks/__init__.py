@@ -98,8 +98,7 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     pipeline = task_class(task).pipeline
     if backend not in pipeline.backends:
         raise ValueError(f"{model_dir}: a {task} model runs on the {' or '.join(pipeline.backends)} backend, not {backend}")
-    if backend == "native":  # an export (CTranslate2) has a config.json of its own format
-        pipeline.check_model_type(model_dir, task)
+    pipeline.check_model_type(model_dir, task)
     options = {k: v for k, v in options.items() if v is not None}  # None: as task.json says
     foreign = sorted(k for k in options if k not in pipeline.load_options)
     if foreign:

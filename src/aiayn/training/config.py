@@ -43,6 +43,11 @@ def _check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def check_seed(seed: int) -> None:
+    """train.seed's range, numpy's (also `aiayn prepare --seed`'s: the vocabulary it trains must match a run's)."""
+    _check(0 <= seed < 2**32, f"train.seed must be from 0 to 2**32 - 1 (numpy's range), got {seed}")
+
+
 VOCABULARY_KEYS = ("src_vocab_size", "tgt_vocab_size", "vocab_size")  # set from the tokenizers, never in [model]
 
 
@@ -140,7 +145,7 @@ class RunConfig:
             v = getattr(self, name)
             _check(v >= 0 and math.isfinite(v), f"train.{name} must be a finite number >= 0, got {v}")
         _check(0.0 <= self.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {self.cooldown}")
-        _check(0 <= self.seed < 2**32, f"train.seed must be from 0 to 2**32 - 1 (numpy's range), got {self.seed}")
+        check_seed(self.seed)
         _check(self.max_updates or self.max_epochs or self.max_minutes,
                "set at least one of train.max_updates, train.max_epochs, train.max_minutes")
         from aiayn.training.schedule import SCHEDULES
