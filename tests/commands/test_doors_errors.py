@@ -144,3 +144,36 @@ def test_translate_refuses_nbest_over_the_beam(dirs, capsys, tmp_path):
     err = capsys.readouterr().err  # the progress bar had started: the error is its last line
     last = err.strip().splitlines()[-1]
     assert last.startswith("aiayn translate: error: nbest 3 needs beam search with beam_size >= 3"), last
+
+
+# -- bytes in argv that are not UTF-8 reach a sentencepiece model as text, as they do from a file ---------
+@pytest.fixture(scope="module")
+def spm_dirs(tmp_path_factory):
+    from aiayn.data.tokenizer import SentencePieceTokenizer
+
+    texts = [f"the {w} sat on the mat near {v}" for w in ("cat", "dog", "fox", "owl") for v in ("a", "b", "c", "d")]
+    tok = SentencePieceTokenizer.train(texts=texts * 4, vocab_size=40, byte_fallback=False)
+    root = tmp_path_factory.mktemp("spm")
+    return {task: tiny_model(root / task, task, tokenizer=tok, decode=GREEDY_2) for task in ("translation", "lm", "qa")}
+
+
+@pytest.mark.parametrize("task,argv", [
+    ("lm", ["generate", "{dir}", "--prompt", "the \udcff cat", "--max-new-tokens", "2", "--method", "greedy"]),
+    ("qa", ["answer", "{dir}", "--context", "the \udcff cat", "--question", "the cat"]),
+    ("translation", ["plot", "attention", "--model", "{dir}", "--sentence", "the \udcff cat", "-o", "{tmp}/a.png"]),
+])
+def test_argv_bytes_that_are_not_utf8_are_replaced_as_in_a_file(spm_dirs, tmp_path, capsys, task, argv):
+    """Python keeps such bytes of argv as lone surrogates (`$'\\xff'` in a shell), which sentencepiece's binding
+    cannot take: the command failed with pybind's "Unable to cast Python instance"."""
+    assert main([a.format(dir=spm_dirs[task], tmp=tmp_path) for a in argv]) == 0, capsys.readouterr().err
+
+
+def test_a_prompt_outside_the_vocabulary_is_named_in_a_warning(dirs, caplog):
+    """Symbols a..l: "a ü b" has one piece the model cannot read, which became <unk> without a word."""
+    with caplog.at_level("WARNING", logger="aiayn.tasks.lm"):
+        load_pipeline(dirs["lm"]).prompt_ids("a ü b")
+    assert "1 of the prompt's 3 tokens are not in the model's vocabulary" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="aiayn.tasks.lm"):
+        load_pipeline(dirs["lm"]).prompt_ids("a b")
+    assert "vocabulary" not in caplog.text

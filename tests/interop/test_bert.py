@@ -90,6 +90,26 @@ def test_tokenizer_ids_equal_berts_on_1000_lines(bert_dirs):
     assert [side.decode(side.encode(t)) for t in texts] == tok.batch_decode(theirs, skip_special_tokens=True)
 
 
+def test_truncation_and_padding_saved_in_tokenizer_json_are_off_as_in_transformers(bert_dirs, tmp_path):
+    """A tokenizer.json saved with truncation at 6 and padding to 10: transformers encodes whole texts, and
+    so must the import; it cut them silently (past the doors' count of cut inputs) and padded inside the ids."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from aiayn.interop.hf import import_hf
+
+    hf_dir = shutil.copytree(bert_dirs[0], tmp_path / "hf")
+    backend = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    backend.enable_truncation(6)
+    backend.enable_padding(length=10)
+    backend.save(str(hf_dir / "tokenizer.json"))
+    _, tok = _hf(hf_dir)
+    side = load_tokenizers(import_hf(hf_dir, tmp_path / "ours")).src
+    assert [[tok.cls_token_id] + side.hf_ids(side.encode(t)) for t in TEXTS] == tok(TEXTS)["input_ids"]
+    assert len(side.encode(TEXTS[1])) > 6
+
+
 def test_classify_door_gives_berts_probabilities(bert_dirs):
     import aiayn
 
@@ -131,6 +151,7 @@ def _broken_copy(bert_dirs, tmp_path, edit):
     (lambda d, c: c.update(num_hidden_layers="2"), r"config.json: num_hidden_layers must be a positive whole number, got '2'"),
     (lambda d, c: c.update(id2label={"0": "neg", "2": "pos"}), r"config.json: id2label must map every id 0..n-1"),
     (lambda d, c: (d / "model.safetensors.index.json").write_text("{}"), r"model.safetensors.index.json: no 'weight_map'"),
+    (lambda d, c: (d / "tokenizer.json").write_text('{"version": "1.0",'), r"tokenizer.json: not a Hugging Face tokenizer"),
 ])
 def test_a_malformed_checkpoint_is_an_error_naming_its_file(bert_dirs, tmp_path, edit, message):
     from aiayn.interop.hf import import_hf

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -50,7 +51,8 @@ def test_export_refuses_a_tokenizer_without_a_counterpart(tmp_path, capsys):
 
 def test_import_and_export_replace_only_their_own_earlier_output(gpt2_dirs, tmp_path, capsys):
     """An earlier import (an aiayn directory) or export (a Hugging Face one) is replaced; the other kind, a
-    non-empty directory, or the input itself is refused and left as it was."""
+    trained model, a downloaded Hugging Face checkpoint, a non-empty directory, or the input itself is
+    refused and left as it was."""
     hf_dir, _ = gpt2_dirs
     ours, back = tmp_path / "ours", tmp_path / "back"
     assert main(["import", "hf", str(hf_dir), str(ours)]) == 0
@@ -59,15 +61,26 @@ def test_import_and_export_replace_only_their_own_earlier_output(gpt2_dirs, tmp_
     assert main(["export", "hf", str(ours), str(back)]) == 0
     before = {p.name: p.read_bytes() for p in ours.iterdir()}
     for argv, refused in ((["export", "hf", str(ours), str(ours)], "is, or holds, an input"),
-                          (["import", "hf", str(hf_dir), str(back)], "is not an aiayn model directory"),
+                          (["import", "hf", str(hf_dir), str(back)], "is not an earlier import"),
                           (["import", "hf", str(hf_dir), str(hf_dir)], "is, or holds, an input")):
         assert main(argv) == 2
         assert refused in capsys.readouterr().err
+    trained, downloaded = tmp_path / "trained", tmp_path / "downloaded"
+    shutil.copytree(ours, trained)  # an aiayn model not written by an import
+    info = json.loads((trained / "task.json").read_text())
+    (trained / "task.json").write_text(json.dumps({k: v for k, v in info.items() if k != "imported_from"}))
+    shutil.copytree(hf_dir, downloaded)  # a Hugging Face model not written by an export
+    for argv, refused in ((["import", "hf", str(hf_dir), str(trained)], "is not an earlier import"),
+                          (["export", "hf", str(ours), str(downloaded)], "is not an earlier export")):
+        kept = {p.name: p.read_bytes() for p in Path(argv[-1]).iterdir()}
+        assert main(argv) == 2
+        assert refused in capsys.readouterr().err
+        assert {p.name: p.read_bytes() for p in Path(argv[-1]).iterdir()} == kept
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("keep")
     assert main(["export", "hf", str(ours), str(other)]) == 2
-    assert "is not a Hugging Face model directory" in capsys.readouterr().err
+    assert "is not an earlier export" in capsys.readouterr().err
     assert main(["export", "hf", str(ours), str(tmp_path / "back2")]) == 0
     shutil.copy(ours / "config.json", tmp_path / "back2" / "config.json")  # now an aiayn config: not an export's
     assert main(["export", "hf", str(ours), str(tmp_path / "back2")]) == 2
@@ -90,11 +103,15 @@ def edited_copy(hf_dir, directory, drop=(), **fields):
     ("bert", {"problem_type": "multi_label_classification"}, (), "problem_type = .*picks one label by a softmax"),
     ("bert", {"num_labels": 1, "id2label": {"0": "score"}, "label2id": {"score": 0}}, (), "num_labels = 1"),
     ("marian", {}, ("pad_token_id", "decoder_start_token_id"), "pad_token_id must be a token id .*got nothing"),
+    ("bert", {"id2label": None, "num_labels": "3"}, (), "num_labels must be a positive whole number, got '3'"),
+    ("gpt2", {"resid_pdrop": "0.1"}, (), "dropout must be a number"),  # aiayn's model config refuses it
+    ("bert", {"max_position_embeddings": None}, (), "max_positions must be an integer, got None"),
 ])
 def test_a_checkpoint_aiayn_would_misread_is_refused_naming_its_config(request, family, fields, drop, message, tmp_path,
                                                                         capsys):
     """Another head on a known body, a multi-label or regression classifier, a Marian without its special ids:
-    each imported without a word before (the head dropped, a softmax where sigmoids were, broken ids)."""
+    each imported without a word before (the head dropped, a softmax where sigmoids were, broken ids). A value
+    of the wrong type: a traceback, or an error that did not name config.json."""
     hf_dir, _ = request.getfixturevalue(f"{family}_dirs")
     odd = edited_copy(hf_dir, tmp_path / "odd", drop, **fields)
     assert main(["import", "hf", str(odd), str(tmp_path / "a")]) == 2

@@ -223,3 +223,66 @@ def test_export_refuses_options_without_a_marian_counterpart(tmp_path, option, v
     save_tokenizers(TokenizerPair.shared(tok), tmp_path / "m")
     with pytest.raises(ValueError, match=rf"{option} = {value!r} has no Marian counterpart"):
         export_hf(tmp_path / "m", tmp_path / "hf")
+
+
+def _with_decode(ours, directory, **decode):
+    """A copy of the model directory `ours` whose task.json decodes with `decode`."""
+    shutil.copytree(ours, directory)
+    info = json.loads((directory / "task.json").read_text())
+    (directory / "task.json").write_text(json.dumps({**info, "decode": {**info["decode"], **decode}}))
+    return directory
+
+
+def test_exported_generation_config_decodes_as_task_json_says(marian_dirs, tmp_path):
+    """task.json's greedy search, no_repeat_ngram_size and min_len reach generation_config.json: Marian's
+    generate with the exported settings alone equals `aiayn translate`; an import reads them back. Before,
+    the export wrote task.json's beam size only (4 beams here), and generate decoded otherwise."""
+    import aiayn
+
+    decode = {"method": "greedy", "beam_size": 4, "no_repeat_ngram_size": 2, "min_len": 3}
+    ours = _with_decode(marian_dirs[1], tmp_path / "ours", **decode)
+    hf, tok = _hf(export_hf(ours, tmp_path / "hf"))
+    hf.generation_config.forced_eos_token_id = None  # aiayn does not force EOS at the length limit
+    sources = lines("multi30k/train.de.gz", 10, skip=1000)
+    with torch.no_grad():
+        out = hf.generate(**tok(sources, return_tensors="pt", padding=True), max_new_tokens=12)
+    mine = aiayn.load_pipeline(ours)(sources, max_len_a=0.0, max_len_b=12)
+    assert mine == tok.batch_decode(out, skip_special_tokens=True)
+    with torch.no_grad():  # the old export's settings (beam 4, nothing else) decode otherwise: the test can fail
+        old = hf.generate(**tok(sources, return_tensors="pt", padding=True), max_new_tokens=12, num_beams=4,
+                          no_repeat_ngram_size=0, min_new_tokens=0)
+    assert mine != tok.batch_decode(old, skip_special_tokens=True)
+    back = json.loads((import_hf(tmp_path / "hf", tmp_path / "back") / "task.json").read_text())["decode"]
+    assert (back["beam_size"], back["no_repeat_ngram_size"], back["min_len"]) == (1, 2, 3)
+
+
+def test_export_says_which_decoding_settings_hugging_face_lacks(marian_dirs, tmp_path, caplog):
+    ours = _with_decode(marian_dirs[1], tmp_path / "ours", method="sample", beam_size=2, nbest=2,
+                        length_penalty_form="gnmt")
+    with caplog.at_level("WARNING", logger="aiayn.interop.marian"):
+        generation = json.loads((export_hf(ours, tmp_path / "hf") / "generation_config.json").read_text())
+    assert (generation["do_sample"], generation["top_k"], generation["num_beams"]) == (True, 0, 1)
+    assert "GNMT length penalty" in caplog.text and "nbest 2" in caplog.text
+
+
+@pytest.mark.parametrize("export", ["hf", "ctranslate2"])
+def test_a_bad_decode_setting_in_task_json_is_refused_by_the_export(marian_dirs, tmp_path, capsys, export):
+    """A string beam size: `aiayn translate` refused the directory, the exports copied it into their output."""
+    from aiayn.cli import main
+
+    if export == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    ours = _with_decode(marian_dirs[1], tmp_path / "ours", beam_size="4")
+    assert main(["export", export, str(ours), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"{ours / 'task.json'}: bad decode settings" in err and "beam_size" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_export_without_its_tokenizer_is_refused_naming_the_file(marian_dirs, tmp_path, capsys):
+    from aiayn.cli import main
+
+    ours = _with_decode(marian_dirs[1], tmp_path / "ours")
+    (ours / "tokenizer.json").unlink()
+    assert main(["export", "hf", str(ours), str(tmp_path / "out")]) == 2
+    assert f"{ours / 'tokenizer.json'}: not found" in capsys.readouterr().err

@@ -397,6 +397,31 @@ def test_an_unknown_field_is_a_422_naming_it(clients, task, path, fields):
     assert response.status_code == 422 and "unknown field(s) beam" in response.json()["error"], response.text
 
 
+@pytest.mark.parametrize("task,path,body,where", [
+    ("translation", "/translate", '{"q": "a \\ud800 b", "source": "de", "target": "en"}', "q: "),
+    ("translation", "/v1/translate", '{"text": ["a b", "a \\udcff"]}', "text[1]: "),
+    ("summarization", "/v1/summarize", '{"text": "\\ud800"}', "text: "),
+    ("qa", "/v1/answer", '{"context": "a b", "question": "c \\udfff"}', "question: "),
+    ("lm", "/v1/generate", '{"prompt": "a \\ud800", "max_new_tokens": 2}', "prompt: "),
+    ("classify", "/v1/classify", '{"text": ["a", "\\ud800"]}', "text[1]: "),
+])
+def test_a_lone_surrogate_in_a_text_is_a_422(clients, task, path, body, where):
+    """JSON's "\\ud800" is a str no tokenizer takes: a sentencepiece model answered 500 "decoding failed"."""
+    response = post_json(clients[task], path, body.encode())
+    assert response.status_code == 422, response.text
+    assert response.json()["error"].startswith(where) and "lone surrogate" in response.json()["error"]
+
+
+@pytest.mark.parametrize("extra", [{}, {"method": "greedy", "stream": True}])
+def test_decoding_fields_that_cannot_go_together_are_a_422(clients, extra):
+    """min_len beyond the vocabulary with no_repeat_ngram_size 1: each field is in bounds, the pair is not
+    (`aiayn translate` refuses it too); the server answered a plain-text 500."""
+    body = {"text": ["a b"], "min_len": 200, "no_repeat_ngram_size": 1, **extra}
+    response = clients["translation"].post("/v1/translate", json=body)
+    assert response.status_code == 422, response.text
+    assert "cannot be met with no_repeat_ngram_size 1" in response.json()["error"]
+
+
 def test_libretranslate_refuses_html(clients):
     fields = {"q": "<b>a</b> b", "source": "de", "target": "en"}
     assert clients["translation"].post("/translate", json={**fields, "format": "text"}).status_code == 200

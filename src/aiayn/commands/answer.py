@@ -16,8 +16,8 @@ HELP = "answer questions with a model directory trained by the qa task (--contex
 
 def add_arguments(p) -> None:
     door.add_model_argument(p, "model directory written by `aiayn train` (task qa)")
-    p.add_argument("--context", help="the text the question is about")
-    p.add_argument("--question", help="the question (with --context)")
+    p.add_argument("--context", type=door.text_argument, help="the text the question is about")
+    p.add_argument("--question", type=door.text_argument, help="the question (with --context)")
     p.add_argument("-i", "--input", help='JSON lines with "context" and "question" (default: stdin)')
     p.add_argument("-o", "--output", help="where the answers go (default: stdout): JSON lines with \"prediction\" "
                                           "for -i, the answer's text for --context/--question")

@@ -105,6 +105,14 @@ def read_lines(path: str) -> list[str]:
     return [chomp(line) for line in lines]
 
 
+def text_argument(value: str) -> str:
+    """A command-line text (argparse `type=`) read the way `read_lines` reads a file: bytes that are not
+    UTF-8, which Python keeps as lone surrogates, replaced (a tokenizer cannot take a surrogate)."""
+    import os
+
+    return os.fsencode(value).decode("utf-8", errors="replace")
+
+
 def chomp(line: str) -> str:
     """`line` without its "\n" and, for a CRLF line end, the "\r" before it. Text opened with
     newline="\n" splits on "\n" alone; the default (universal newlines) would split at a bare "\r"."""

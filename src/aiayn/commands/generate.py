@@ -12,7 +12,7 @@ _S = SamplingConfig()
 
 def add_arguments(p) -> None:
     door.add_model_argument(p, "model directory written by `aiayn train` (task lm)")
-    p.add_argument("--prompt", default="\n", help="text to continue (default: a new line)")
+    p.add_argument("--prompt", default="\n", type=door.text_argument, help="text to continue (default: a new line)")
     p.add_argument("--max-new-tokens", type=int, help="tokens to generate (default: the pipeline's, 200)")
     p.add_argument("--method", choices=["sample", "greedy"], help="(default: the pipeline's, sample)")
     p.add_argument("--temperature", type=float, help=f"sampling temperature (default: {_S.temperature})")

@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
     a = parsers["attention"]
     a.add_argument("--model", required=True, help="model directory (config.json, model.safetensors, tokenizer.json)")
     which = a.add_mutually_exclusive_group(required=True)
-    which.add_argument("--sentence", help="source sentence to translate (greedy) and draw")
+    which.add_argument("--sentence", type=door.text_argument, help="source sentence to translate (greedy) and draw")
     which.add_argument("--image", type=int, help="for a ViT: the index of a held-out digit; "
                                                  "draws [CLS]'s attention to each patch, per layer (or per head of --layer)")
     a.add_argument("--part", choices=("cross", "encoder", "decoder", "all"),

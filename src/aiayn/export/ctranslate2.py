@@ -104,6 +104,7 @@ def _read_model_dir(model_dir: Path):
     from aiayn.decoding.translator import check_vocab
     from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
     from aiayn.tasks import read_task_info
+    from aiayn.tasks.seq2seq import decode_settings
 
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: model directory not found")
@@ -122,7 +123,9 @@ def _read_model_dir(model_dir: Path):
             raise ValueError(f"{model_dir / CONFIG_FILE}: {what} has no CTranslate2 counterpart ({exports} exports)")
     model, tokenizers = load_model(model_dir), load_tokenizers(model_dir)
     check_vocab(config, tokenizers, str(model_dir))
-    return model, tokenizers, read_task_info(model_dir)
+    info = read_task_info(model_dir)
+    decode_settings(info, model_dir)  # a bad setting fails here, before the conversion
+    return model, tokenizers, info
 
 
 def _pieces(tokenizer, model_dir: Path) -> list[str]:
@@ -141,8 +144,8 @@ def _check_destination(out_dir: Path, model_dir: Path) -> None:
 
 def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version: str) -> dict:
     from aiayn import __version__
-    from aiayn.config import DecodeConfig
     from aiayn.tasks import DEFAULT_TASK
+    from aiayn.tasks.seq2seq import decode_settings
 
     c = model.config
     return {
@@ -154,7 +157,7 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version
                   "d_model": c.d_model, "n_heads": c.n_heads, "norm_first": c.norm_first,
                   "src_vocab_size": c.src_vocab_size, "tgt_vocab_size": c.tgt_vocab_size},
         "task": info.get("task", DEFAULT_TASK), "languages": info.get("languages"),
-        "decode": info.get("decode", dataclasses.asdict(DecodeConfig())),  # the defaults a translator starts from
+        "decode": dataclasses.asdict(decode_settings(info, model_dir)),  # the defaults a translator starts from
         "task_info": info,  # task.json, also copied beside this file
     }
 

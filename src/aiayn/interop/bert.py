@@ -18,7 +18,7 @@ from aiayn.data.tokenizer import TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
                                       activation_in, attention, dump_params, json_file, linear, refuse_options,
                                       same)
-from aiayn.interop.tokenizers import HFTokenizer
+from aiayn.interop.tokenizers import HFTokenizer, backend_of
 from aiayn.interop.vocab import IdMap
 from aiayn.io import read_json_object
 from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
@@ -94,10 +94,8 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
 
 
 def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
-    from tokenizers import Tokenizer
-
     text = read_tokenizer_json(ckpt)
-    backend = Tokenizer.from_str(text)
+    backend = backend_of(text, str(ckpt.directory / "tokenizer.json"))
     path = ckpt.directory / "tokenizer_config.json"
     settings = read_json_object(path, missing_ok=True)
     specials = {}

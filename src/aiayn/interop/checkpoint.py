@@ -81,7 +81,7 @@ class Checkpoint:
 
     def labels(self) -> list[str]:
         """The class names of `id2label` (keys "0".."n-1", or whole numbers), else LABEL_0.. for `num_labels`."""
-        id2label = self.field("id2label") or {str(i): f"LABEL_{i}" for i in range(self.field("num_labels", 2))}
+        id2label = self.field("id2label") or {str(i): f"LABEL_{i}" for i in range(self.need("num_labels", self.field("num_labels", 2)))}
         by_id = {str(k): v for k, v in id2label.items()} if isinstance(id2label, dict) else {}
         if sorted(by_id) != sorted(map(str, range(len(by_id)))) or not by_id:
             raise Unsupported(f"{self.directory / CONFIG_FILE}: id2label must map every id 0..n-1 to a name, "

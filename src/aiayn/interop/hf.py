@@ -5,8 +5,9 @@
 
 One family module per architecture (`interop.marian`, `.gpt2`, `.bert`, `.vit`) holds its weight
 table, its tokenizer and its options; this module picks it and writes the directories, each beside
-its destination and renamed into place at the end (an earlier directory of the same kind there is
-replaced, any other non-empty directory is an error). Neither direction needs `transformers`:
+its destination and renamed into place at the end. Only an earlier output of the same command is
+replaced there: an import (its task.json says `imported_from`) or an export (`EXPORT_MARK`); any other
+non-empty directory, a trained model or a downloaded checkpoint, is an error. Neither direction needs `transformers`:
 weights are safetensors, configs JSON, tokenizers sentencepiece or the `tokenizers` library.
 
     Marian   MarianMTModel                                <-> encoder-decoder, task translation
@@ -21,11 +22,14 @@ import importlib
 import logging
 from pathlib import Path
 
+from aiayn.config import ConfigError
 from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file
 from aiayn.io import read_json_object
-from aiayn.models import is_model_dir
+from aiayn.models import CONFIG_FILE, is_model_dir
 
 log = logging.getLogger(__name__)
+
+EXPORT_MARK = "aiayn_export.json"  # in an exported directory: what it came from (transformers ignores it)
 
 # Hugging Face's model_type -> the module that maps it; its `exports(model)` says which of ours it maps back
 FAMILIES = {"marian": "aiayn.interop.marian", "gpt2": "aiayn.interop.gpt2", "bert": "aiayn.interop.bert",
@@ -44,7 +48,10 @@ def import_hf(src: str | Path, out: str | Path) -> Path:
     kind = ckpt.field("model_type")
     if kind not in FAMILIES:
         raise ckpt.refuse("model_type", kind, f"aiayn imports {', '.join(FAMILIES)}")
-    imported = importlib.import_module(FAMILIES[kind]).import_checkpoint(ckpt)
+    try:
+        imported = importlib.import_module(FAMILIES[kind]).import_checkpoint(ckpt)
+    except ConfigError as e:  # a value of config.json that aiayn's model config refuses
+        raise Unsupported(f"{ckpt.directory / CONFIG_FILE}: {e}") from None
     model = build_model(imported.model_type, imported.config)
     load_params(model, imported.params, ckpt)
     if imported.model_type == Transformer.model_type:
@@ -56,7 +63,7 @@ def import_hf(src: str | Path, out: str | Path) -> Path:
             save_tokenizers(imported.tokenizers, tmp)
         write_task_info(tmp, imported.task_info)
 
-    _write_dir(Path(out), write, is_model_dir, "an aiayn model directory", src)
+    _write_dir(Path(out), write, is_import, "an earlier import (an aiayn model directory with imported_from)", src)
     log.info("imported %s (%s) to %s", src, kind, out)
     return Path(out)
 
@@ -65,6 +72,7 @@ def export_hf(model_dir: str | Path, out: str | Path) -> Path:
     """Convert the aiayn model directory `model_dir` into a Hugging Face model directory `out`."""
     from safetensors.torch import save_file
 
+    from aiayn import __version__
     from aiayn.data.tokenizer import MANIFEST, load_tokenizers
     from aiayn.io import atomic_write
     from aiayn.models import load_model
@@ -82,10 +90,13 @@ def export_hf(model_dir: str | Path, out: str | Path) -> Path:
                 f.write_bytes(data)
         with atomic_write(tmp / "model.safetensors") as f:
             save_file(exported.tensors, str(f), metadata={"format": "pt"})
+        with atomic_write(tmp / EXPORT_MARK) as f:
+            f.write_bytes(json_file({"format": "hf", "source": str(model_dir.resolve()), "aiayn_version": __version__}))
         with atomic_write(tmp / "config.json") as f:  # last: a directory with its config is complete
             f.write_bytes(json_file(exported.config))
 
-    _write_dir(Path(out), write, is_hf_dir, "a Hugging Face model directory", model_dir)
+    _write_dir(Path(out), write, is_export, f"an earlier export (a Hugging Face model directory with {EXPORT_MARK})",
+               model_dir)
     log.info("exported %s to %s (Hugging Face %s)", model_dir, out, exported.config["architectures"][0])
     return Path(out)
 
@@ -109,6 +120,21 @@ def is_hf_dir(directory: Path) -> bool:
         return isinstance(read_json_object(directory / "config.json").get("architectures"), list)
     except (OSError, ValueError):
         return False
+
+
+def is_import(directory: Path) -> bool:
+    """Whether `directory` is an earlier `import_hf`'s output: an aiayn model whose task.json says where from."""
+    from aiayn.tasks import read_task_info
+
+    try:
+        return is_model_dir(directory) and "imported_from" in read_task_info(directory)
+    except (OSError, ValueError):
+        return False
+
+
+def is_export(directory: Path) -> bool:
+    """Whether `directory` is an earlier `export_hf`'s output: a Hugging Face model with `EXPORT_MARK`."""
+    return is_hf_dir(directory) and (directory / EXPORT_MARK).is_file()
 
 
 def _write_dir(out: Path, write, ours, kind: str, src: str | Path) -> None:

@@ -14,10 +14,13 @@ Export writes what `MarianMTModel.from_pretrained` and `MarianTokenizer.from_pre
 aiayn model trained with interleaved sinusoids (the paper's layout) exports too: the residual
 stream's dimensions are permuted (`residual_permutation`) so that its sinusoids are Marian's halves;
 every weight that reads or writes the stream is permuted alike, so the function is the same.
-Decoding settings: an import takes generation_config.json's beam size and length penalty, as
-aiayn's "plain" form |Y|^α (what Hugging Face's is); an export writes the beam size, and Marian's pad
-is never generated (`bad_words_ids`). aiayn's GNMT penalty has no Hugging Face counterpart, and
-generate's default early stopping (False) is a heuristic that aiayn's exact search does not copy.
+Decoding settings: an import takes generation_config.json's beam size, length penalty (as aiayn's
+"plain" form |Y|^α, what Hugging Face's is), `no_repeat_ngram_size` and `min_new_tokens` (aiayn's
+`min_len`); an export writes those back from task.json, greedy search as one beam and sampling as
+`do_sample` (top-k off, as aiayn's default), and Marian's pad is never generated (`bad_words_ids`).
+What has no Hugging Face counterpart is named in a warning: the GNMT penalty and n-best lists.
+aiayn's length limit a·|src| + b has none either: `max_length` is the position table's. Generate's
+default early stopping (False) is a heuristic that aiayn's exact search does not copy.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import BOS_ID, EOS_ID, UNK_ID, ConfigError, DecodeConfig, TransformerConfig
-from aiayn.data.tokenizer import SentencePieceTokenizer, TokenizerPair
+from aiayn.data.tokenizer import MANIFEST, SentencePieceTokenizer, TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
                                       activation_in, attention, dump_params, json_file, linear,
                                       refuse_options)
@@ -38,6 +41,7 @@ from aiayn.interop.tokenizers import MarianTokenizer
 from aiayn.interop.vocab import IdMap
 from aiayn.io import read_json_object
 from aiayn.models.transformer import Transformer
+from aiayn.tasks.seq2seq import decode_settings
 from aiayn.tasks.translation import TranslationTask
 
 ARCHITECTURE = "MarianMTModel"
@@ -164,7 +168,8 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     try:
         decode = DecodeConfig(beam_size=generation.get("num_beams", HF_NUM_BEAMS),
                               length_penalty=generation.get("length_penalty", HF_LENGTH_PENALTY),
-                              length_penalty_form="plain")
+                              length_penalty_form="plain", min_len=generation.get("min_new_tokens") or 0,
+                              no_repeat_ngram_size=generation.get("no_repeat_ngram_size") or 0)
     except ConfigError as e:
         raise Unsupported(f"{d / 'generation_config.json'} (or config.json): {e}") from None
     info = {"task": TranslationTask.name, "decode": dataclasses.asdict(decode), "keep": "start",
@@ -208,21 +213,36 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
         "tie_word_embeddings": cfg.tie_output, "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
         "activation_dropout": cfg.activation_dropout, "pad_token_id": pad, "decoder_start_token_id": pad,
         "eos_token_id": eos, "forced_eos_token_id": eos, "is_encoder_decoder": True}
-    decode = info.get("decode", {})
     files["generation_config.json"] = json_file({
         "decoder_start_token_id": pad, "pad_token_id": pad, "eos_token_id": eos, "forced_eos_token_id": eos,
-        "bad_words_ids": [[pad]], "num_beams": decode.get("beam_size", DecodeConfig.beam_size),
-        "max_length": cfg.max_positions,
-        **({"length_penalty": decode["length_penalty"]} if decode.get("length_penalty_form") == "plain" else {})})
-    if decode.get("length_penalty_form", DecodeConfig.length_penalty_form) != "plain":
-        log.warning("%s: the GNMT length penalty (α %s) has no Hugging Face counterpart; generation_config.json "
-                    "leaves it to Hugging Face's |Y|^α default", where, decode.get("length_penalty", DecodeConfig.length_penalty))
+        "bad_words_ids": [[pad]], "max_length": cfg.max_positions, **_generation(decode_settings(info, where), where)})
     return Exported(config, tensors, files)
 
 
-def _export_tokenizers(tokenizers: TokenizerPair, cfg: TransformerConfig, where: str, info: dict):
+def _generation(decode: DecodeConfig, where: str) -> dict:
+    """generation_config.json's search settings for task.json's `decode`; what Hugging Face cannot say is
+    named in a warning."""
+    out = {"num_beams": 1 if decode.method != "beam" else decode.beam_size}
+    if decode.method == "sample":
+        out.update(do_sample=True, top_k=0)  # Hugging Face's top_k default is 50; aiayn's keeps every token
+    if decode.length_penalty_form == "plain":
+        out["length_penalty"] = decode.length_penalty
+    if decode.no_repeat_ngram_size:
+        out["no_repeat_ngram_size"] = decode.no_repeat_ngram_size
+    if decode.min_len:
+        out["min_new_tokens"] = decode.min_len
+    lost = [f"the GNMT length penalty (α {decode.length_penalty}; Hugging Face's |Y|^α applies)"] * (
+        decode.length_penalty_form != "plain") + [f"nbest {decode.nbest}"] * (decode.nbest > 1)
+    if lost:
+        log.warning("%s: no Hugging Face counterpart, left out of generation_config.json: %s", where, "; ".join(lost))
+    return out
+
+
+def _export_tokenizers(tokenizers: TokenizerPair | None, cfg: TransformerConfig, where: str, info: dict):
     """(source id map, target id map, files): Marian's source.spm, target.spm, vocab.json (and
     target_vocab.json for separate vocabularies) and tokenizer_config.json."""
+    if tokenizers is None:
+        raise Unsupported(f"{Path(where) / MANIFEST}: not found; a Marian export needs the model's tokenizer")
     sides = []
     for tok, size in ((tokenizers.src, cfg.src_vocab_size), (tokenizers.tgt, cfg.tgt_vocab_size)):
         if isinstance(tok, MarianTokenizer):

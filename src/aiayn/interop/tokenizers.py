@@ -28,6 +28,21 @@ from aiayn.interop.vocab import IdMap, N_SPECIALS
 _DROPPED = (PAD_ID, BOS_ID, EOS_ID)
 
 
+def backend_of(tokenizer_json: str, source: str):
+    """A `tokenizers.Tokenizer` from the text of a tokenizer.json, with the truncation and padding saved in
+    it turned off, as transformers' fast tokenizers encode by default: aiayn cuts inputs itself and counts
+    what it cuts. A bad file is an error naming `source`."""
+    from tokenizers import Tokenizer as Backend
+
+    try:
+        backend = Backend.from_str(tokenizer_json)
+    except Exception as e:  # tokenizers raises its own exception type for bad files
+        raise TokenizerError(f"{source}: not a Hugging Face tokenizer.json ({e})") from None
+    backend.no_truncation()
+    backend.no_padding()
+    return backend
+
+
 def _read_json(data: bytes, source: str, keys: Sequence[str]) -> dict:
     try:
         obj = json.loads(data.decode("utf-8"))
@@ -77,12 +92,7 @@ class HFTokenizer(_Mapped):
     suffix = ".hf.json"
 
     def __init__(self, tokenizer_json: str, ids: IdMap, source: str = "<tokenizer.json>"):
-        from tokenizers import Tokenizer as Backend
-
-        try:
-            self.backend = Backend.from_str(tokenizer_json)
-        except Exception as e:  # tokenizers raises its own exception type for bad files
-            raise TokenizerError(f"{source}: not a Hugging Face tokenizer.json ({e})") from None
+        self.backend = backend_of(tokenizer_json, source)
         if self.backend.get_vocab_size(with_added_tokens=True) > ids.hf_size:
             raise TokenizerError(f"{source}: the tokenizer has {self.backend.get_vocab_size()} ids, the model "
                                  f"{ids.hf_size}")

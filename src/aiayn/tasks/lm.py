@@ -26,7 +26,7 @@ from typing import Callable, ClassVar, Iterator, Mapping, Optional
 import numpy as np
 import torch
 
-from aiayn.config import PAD_ID, check_choice, check_sampling_use
+from aiayn.config import PAD_ID, UNK_ID, check_choice, check_sampling_use
 from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.models.decoder_only import DecoderOnly
@@ -222,6 +222,9 @@ class Generator(Pipeline):
         if not ids:
             raise RequestError("the prompt is empty, and this model's vocabulary has no new line to start from: "
                                "give a prompt")
+        unknown = ids.count(UNK_ID)
+        if unknown:
+            log.warning("%d of the prompt's %d tokens are not in the model's vocabulary: read as <unk>", unknown, len(ids))
         return ids
 
     def _tokens(self, ids: list[int], max_new_tokens: int, pick) -> Iterator[int]:

@@ -68,7 +68,17 @@ def check_texts(value: Any, limits: InputLimits, field: str, blank_ok: bool = Fa
     longest = max(len(t) for t in items)
     if longest > limits.max_chars:
         raise RequestError(f"a text of {longest} characters; at most {limits.max_chars}", 413)
+    for i, text in enumerate(items):
+        _check_unicode(text, f"{field}[{i}]" if isinstance(value, list) else field)
     return items
+
+
+def _check_unicode(text: str, where: str) -> None:
+    """A lone surrogate (JSON lets a string hold "\\ud800") is no character: no tokenizer can take it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(f"{where}: not valid Unicode (a lone surrogate at character {e.start})") from None
 
 
 def check_fields(fields: dict, allowed: Sequence[str]) -> None:

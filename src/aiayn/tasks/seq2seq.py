@@ -467,15 +467,21 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
 def translator_options(info: dict, model_dir: str | Path) -> dict:
     """`Translator` options from `model_dir`'s task.json (`info`): its decoding defaults and how its
     sources are cut ({} for a directory without task.json: the Translator's defaults)."""
-    from aiayn.config import DecodeConfig
-
     options = {"keep": info.get("keep", "start"), "max_input_tokens": info.get("max_input_tokens")}
     if "decode" in info:
-        try:
-            options["decode"] = DecodeConfig(**info["decode"])
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{Path(model_dir) / TASK_FILE}: bad decode settings ({e})") from None
+        options["decode"] = decode_settings(info, model_dir)
     return options
+
+
+def decode_settings(info: dict, model_dir: str | Path):
+    """task.json's (`info`) decoding settings as a `DecodeConfig` (its defaults where it has none); a bad
+    setting is a one-line error naming the file."""
+    from aiayn.config import DecodeConfig
+
+    try:
+        return DecodeConfig(**info.get("decode", {}))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{Path(model_dir) / TASK_FILE}: bad decode settings ({e})") from None
 
 
 def refuse_one_file_for(data, splits: Sequence[str], data_dir: str = "") -> None:

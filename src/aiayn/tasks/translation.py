@@ -151,7 +151,7 @@ class TranslationPipeline(TextPipeline):
         if r.return_attention and self.backend != "native":
             raise RequestError(f"return_attention: attention weights are not available with the {self.backend} backend", 400)
         options = r.decode_options()  # the fields given; the model's task.json decides the rest
-        decode, _ = self.translator.settings(options)
+        decode, _ = self._settings(options)
         beam = decode.beam_size if decode.method == "beam" else 1
         if r.nbest > beam:
             raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
@@ -164,6 +164,14 @@ class TranslationPipeline(TextPipeline):
                                       return_attention=r.return_attention)
         return {"translations": [_native_result(x) for x in results]}
 
+    def _settings(self, options: dict):
+        """The translator's settings with a request's `options`; fields each fine but not together (min_len
+        with no_repeat_ngram_size 1 beyond the vocabulary) are the request's fault, a 422."""
+        try:
+            return self.translator.settings(options)
+        except ValueError as e:
+            raise RequestError(str(e)) from None
+
     def stream(self, source: str, **options) -> Iterator[str]:
         """The translation of one source (as `run` gives it with these options) in pieces of text as
         it is decoded: greedy search or sampling only (a beam's best changes until it ends)."""
@@ -173,7 +181,7 @@ class TranslationPipeline(TextPipeline):
         from aiayn.decoding.streaming import stream_search, text_pieces
 
         tr = self.translator
-        decode, sampling = tr.settings(options)
+        decode, sampling = self._settings(options)
         if decode.method == "beam" and decode.beam_size > 1:
             raise RequestError("stream: beam search has no output until it ends; use method greedy or sample", 400)
         from aiayn.decoding.translator import line_seed
