@@ -4,6 +4,7 @@ output (`write_output`) is atomic only where the path is a regular file: it writ
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import stat
@@ -11,6 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
+
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -197,9 +200,10 @@ def check_replaceable(path: str | Path, ours: Callable[[Path], bool], kind: str,
 
 def replace_dir(src: Path, dst: Path) -> None:
     """Rename the finished directory `src` to `dst`: atomic when `dst` is absent; an existing `dst`
-    is moved aside first and removed after, so `dst` is never half old and half new."""
+    is moved aside first and removed after, so `dst` is never half old and half new (a crash between
+    the two renames leaves it aside, where `restore_replaced` finds it)."""
     if dst.exists():
-        old = dst.with_name(f".old-{dst.name}-{os.getpid()}")
+        old = dst.with_name(f"{_ASIDE}{dst.name}-{os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
         os.replace(dst, old)
         os.replace(src, dst)
@@ -207,6 +211,20 @@ def replace_dir(src: Path, dst: Path) -> None:
     else:
         os.replace(src, dst)
     _fsync_dir(dst.parent)
+
+
+_ASIDE = ".old-"  # replace_dir's prefix for the directory it replaces
+
+
+def restore_replaced(dst: Path) -> None:
+    """Undo a `replace_dir` that a crash cut between its two renames: a missing `dst` comes back from where it
+    was moved aside; beside an existing `dst`, such leftovers are removed."""
+    aside = sorted(dst.parent.glob(f"{_ASIDE}{dst.name}-*"), key=lambda p: p.stat().st_mtime_ns)
+    if aside and not dst.exists():
+        os.replace(aside.pop(), dst)
+        log.warning("%s: restored from where a crash left it (%s)", dst, dst.parent)
+    for leftover in aside:
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _mode_for(path: Path) -> int:

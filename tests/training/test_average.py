@@ -57,6 +57,23 @@ def test_mismatched_configs_are_an_error(tmp_path):
         average_state([tmp_path / "nothing"])
 
 
+@pytest.mark.parametrize("odd_first", [False, True])
+def test_weights_of_another_shape_than_their_config_says_are_one_line_naming_the_file(tmp_path, odd_first):
+    """A checkpoint's config.json with another model's model.safetensors: the configs agree, so averaging
+    failed in torch's addition ("The size of tensor a (64) must match ...", no file), or, listed first,
+    in torch's load_state_dict, a page long."""
+    import shutil
+
+    a, b = _saved(tmp_path, [1, 2])
+    (c,) = _saved(tmp_path / "x", [3], d_ff=32)
+    shutil.copy(c / "model.safetensors", b / "model.safetensors")
+    paths = [b, a] if odd_first else [a, b]
+    with pytest.raises(ValueError) as e:
+        average_checkpoints(paths)
+    assert str(paths[1 - odd_first] / "model.safetensors") in str(e.value) and "\n" not in str(e.value)
+    assert "shape" in str(e.value)
+
+
 def test_configs_differing_only_in_dropout_average(tmp_path):
     """A dropout changes training, not the function the weights compute: such checkpoints average,
     and the model keeps the first one's dropout. The error for a real difference names the field."""

@@ -183,6 +183,15 @@ def test_a_best_metric_validation_cannot_give_is_refused_when_loaded():
         load_config(None, ["train.max_updates=1", "train.best_metric=blue"])
 
 
+def test_a_decoded_best_metric_without_decoding_at_validation_is_refused_when_loaded():
+    """train.bleu = false turns validation's decoding off: best_metric = "bleu" was refused at the first
+    validation, with no checkpoint yet, and the run's updates were lost."""
+    with pytest.raises(ConfigError, match=r"train.best_metric = 'bleu' needs train.bleu = true"):
+        load_config(None, ["train.max_updates=1", 'train.best_metric="bleu"', "train.bleu=false"])
+    assert load_config(None, ["train.max_updates=1", 'train.best_metric="nll"', "train.bleu=false"])
+    assert load_config(None, ['task="classify"', "train.max_updates=1", 'train.best_metric="accuracy"', "train.bleu=false"])
+
+
 @pytest.mark.parametrize("task", ["translation", "summarization", "qa"])
 def test_each_text_task_declares_the_metrics_it_validates(task):
     """`metrics` (what train.best_metric may name) holds every name `scores` gives: bAbI's groups too."""

@@ -154,6 +154,55 @@ def test_3_a_fresh_start_after_a_crash_before_any_checkpoint_sets_the_old_rows_a
     assert rows and all(r["step"] <= 3 and r.get("loss") != 9.0 for r in rows)  # each line whole, and the new run's
 
 
+def test_a_run_killed_before_its_first_periodic_save_resumes_from_its_best_checkpoint(tmp_path, caplog):
+    """Validated at update 2, killed before any ckpt_N: best/ holds a whole checkpoint (trainer state too), but
+    --resume said "no checkpoint to resume from", and a fresh start moved best/ aside: the run was lost."""
+    run_dir = tmp_path / "run"
+    train(config(tmp_path, corpus(tmp_path / "c", "abcd"), run_dir,
+                 overrides=["train.max_updates=2", "train.validate_every=2", "train.save_every_updates=0"]))
+    for path in ckpt.list_checkpoints(run_dir / ckpt.CHECKPOINT_DIR):  # as if killed before these were written
+        shutil.rmtree(path)
+    shutil.rmtree(run_dir / "model")
+    with caplog.at_level(logging.WARNING):
+        result = train(resume_config(run_dir, ["train.max_updates=4"]), resume=True)
+    assert "resuming from the best one" in caplog.text
+    assert result.state.step == 4 and (run_dir / "model").is_dir()
+
+
+
+
+def test_a_crash_while_best_or_the_model_was_replaced_loses_neither(tmp_path, caplog):
+    """replace_dir moves the old directory aside, then renames the new one in: a kill between the two left no
+    best/ (the final model then silently became the last weights) and no model/, and the aside copies stayed."""
+    run_dir = tmp_path / "run"
+    train(config(tmp_path, corpus(tmp_path / "c", "abcd"), run_dir, overrides=['train.final="best"']))
+    best = run_dir / ckpt.CHECKPOINT_DIR / ckpt.BEST
+    best_step = ckpt.read_train_state(best).step
+    os.replace(best, best.with_name(".old-best-12345"))  # as a kill between replace_dir's renames leaves them
+    os.replace(run_dir / "model", run_dir / ".old-model-12345")
+    with caplog.at_level(logging.WARNING):
+        train(resume_config(run_dir, ["train.max_updates=4"]), resume=True)
+    assert "restored from where a crash left it" in caplog.text and "no validation ran" not in caplog.text
+    assert ckpt.read_train_state(best).step == best_step and (run_dir / "model").is_dir()
+    assert not list(run_dir.rglob(".old-*"))
+
+
+@pytest.mark.parametrize("resume, overrides, message", [
+    (False, ['train.precision="fp16"', 'train.device="cpu"'], "needs a CUDA device"),
+    (True, [], "no checkpoint to resume from"),
+])
+def test_a_setup_error_comes_before_the_data_is_prepared(tmp_path, resume, overrides, message):
+    """Both were raised after task.prepare had built and written the vocabulary (on WMT, BPE training first)."""
+    run_dir = tmp_path / "run"
+    cfg = config(tmp_path, corpus(tmp_path / "c", "abcd"), run_dir, overrides=overrides)
+    if resume:
+        run_dir.mkdir()
+        (run_dir / "config.toml").write_text((tmp_path / "recipe.toml").read_text())
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        train(cfg, resume=resume)
+    assert not (run_dir / "tokenizer").exists()
+
+
 def test_3_a_metrics_row_cut_short_by_a_crash_does_not_stop_the_resume(tmp_path, caplog):
     """A kill while a row was appended leaves half a line at the end of metrics.jsonl: the resume
     drops it (logged) with the rows past the checkpoint, instead of failing on every checkpoint."""

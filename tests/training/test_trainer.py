@@ -232,6 +232,37 @@ def test_non_finite_updates_are_skipped_then_stop(tmp_path, caplog):
     assert ckpt.latest_checkpoint(tmp_path / "checkpoints").name == "ckpt_00000001"
 
 
+def test_a_run_that_sets_no_save_interval_still_saves_every_10_minutes(tmp_path):
+    """A config without save_every_*: a checkpoint only at the end, so a crash lost the whole run. The clock
+    is fake: 6 minutes an update, so the saves fall after updates 2 and 4 (and the end's at 5)."""
+    trainer = make_trainer(Transformer(tiny_config()), OPTIM, run_config(max_updates=5), tmp_path, epoch_data())
+    trainer._elapsed = lambda: 360.0 * trainer.state.step
+    trainer.fit()
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == [
+        "ckpt_00000002", "ckpt_00000004", "ckpt_00000005"]
+
+
+def test_a_diverged_run_names_the_checkpoint_to_fall_back_on(tmp_path):
+    """Finite weights whose losses are not (no learning rate helps them) are saved as the newest checkpoint, so
+    a resume starts there and diverges again: the error names the one before, which the message called the
+    saved one "the last good weights" and left the user to find."""
+    model = Transformer(tiny_config())
+    data = batches(4, 2, seed=0)
+    trainer = make_trainer(model, OPTIM, run_config(max_updates=50, max_bad_updates=3, save_every_updates=1), tmp_path,
+                           lambda e: data)
+    original = trainer.accumulate
+
+    def poisoned(group):  # from update 3 on, every loss is NaN
+        stats = original(group)
+        if trainer.state.step >= 2:
+            stats.loss = float("nan")
+        return stats
+    trainer.accumulate = poisoned
+    with pytest.raises(TrainingDiverged, match="saved as .*ckpt_00000002.* remove ckpt_00000002 to resume from "
+                                               "ckpt_00000001"):
+        trainer.fit()
+
+
 def test_diverged_weights_that_are_not_finite_are_not_saved_as_good(tmp_path):
     """An update at an absurd learning rate can make every weight NaN before the losses turn
     non-finite: no checkpoint of those weights is written, and the error says so."""

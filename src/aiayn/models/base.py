@@ -128,4 +128,6 @@ class PretrainedModel(nn.Module):
         try:
             load_model(self, str(path), device=str(device))
         except Exception as e:  # safetensors raises several types for truncated/corrupt/mismatched files
-            raise ValueError(f"{path}: cannot load weights ({e})") from e
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]  # torch lists every mismatch
+            more = f"; and {len(lines) - 2} more" if len(lines) > 2 else ""
+            raise ValueError(f"{path}: cannot load weights ({' '.join(lines[:2])}{more})") from e

@@ -96,6 +96,7 @@ class Seq2SeqTask:
     name = ""
     metrics: tuple[str, ...] = ()  # the names `scores` gives
     lower_is_better: tuple[str, ...] = ()  # those of them where a smaller value wins
+    metrics_need_decoding = True  # validation scores `metrics` only when train.bleu decodes its sources
     data_config: type = TextPairSettings
     pipeline: type = Pipeline  # a `TextPipeline` subclass
     keep = "start"  # which end of an over-long source survives truncation ("end": the question)

@@ -39,6 +39,9 @@ def average_state(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
         if total and set(tensors) != set(total):
             raise ValueError(f"{weights}: parameter names differ from {Path(paths[0]) / WEIGHTS_FILE}")
         for name, t in tensors.items():
+            if name in total and t.shape != total[name].shape:
+                raise DifferentModels(f"{weights}: {name} has shape {tuple(t.shape)}, but "
+                                      f"{tuple(total[name].shape)} in {Path(paths[0]) / WEIGHTS_FILE}")
             dtypes.setdefault(name, t.dtype)
             total[name] = total[name] + t.double() if name in total else t.double()
     return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}

@@ -123,7 +123,7 @@ class RunConfig:
     device: str = "auto"  # "auto" (cuda if available) | "cpu" | "cuda" | "cuda:N"
     num_threads: int = 0  # torch intra-op threads; 0 = torch's default
     save_every_updates: int = 0  # 0 = off
-    save_every_minutes: float = 0.0  # 0 = off
+    save_every_minutes: float = 10.0  # 0 = off; on by default, so that a crash loses at most this much
     keep_last: int = 5  # checkpoints kept besides the best
     validate_every: int = 0  # updates; 0 = at the end of every epoch
     bleu: bool = True  # text-to-text tasks: decode the validation sources greedily and score them (BLEU, ROUGE, ...)
@@ -194,11 +194,15 @@ class TrainConfig:
     def _check_best_metric(self) -> None:
         """train.best_metric names what validation will report: a typo is refused now, not at the first
         validation, hours in. A task from outside that does not declare its `metrics` is checked then."""
-        metrics = getattr(task_class(self.task), "metrics", None)
+        task, best = task_class(self.task), self.train.best_metric
+        metrics = getattr(task, "metrics", None)
         known = [*LOSS_METRICS, *(metrics or ())]
-        _check(metrics is None or self.train.best_metric in known,
-               f"train.best_metric = {self.train.best_metric!r}: task {self.task!r} validates "
-               f"{', '.join(known)}{did_you_mean([self.train.best_metric], known, 'train.best_metric = ')}")
+        _check(metrics is None or best in known,
+               f"train.best_metric = {best!r}: task {self.task!r} validates "
+               f"{', '.join(known)}{did_you_mean([best], known, 'train.best_metric = ')}")
+        _check(self.train.bleu or best in LOSS_METRICS or not getattr(task, "metrics_need_decoding", False),
+               f"train.best_metric = {best!r} needs train.bleu = true: without it validation decodes nothing and "
+               f"gives only {', '.join(LOSS_METRICS)}")
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {"task": self.task, "model": self.model.to_dict()}

@@ -21,7 +21,7 @@ import torch
 
 from aiayn.config import training_only_names
 from aiayn.data.tokenizer import TOKENIZER_DIR
-from aiayn.io import exclusive_lock, read_tensors
+from aiayn.io import exclusive_lock, read_tensors, restore_replaced
 from aiayn.models import build_model
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
 from aiayn.tasks import build_task
@@ -30,7 +30,7 @@ from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_co
 from aiayn.training.distributed import DistInfo, init_from_env, shutdown
 from aiayn.training.metrics import METRICS_FILE
 from aiayn.training.schedule import lr_function
-from aiayn.training.trainer import FitResult, Progress, Trainer
+from aiayn.training.trainer import FitResult, Progress, Trainer, check_precision
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +83,14 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
     dist = dist or init_from_env(_device_type(run.device))
     try:
         device = resolve_device(run.device, dist.local_rank)
+        check_precision(run.precision, device)  # before the data is prepared, which may take long
         if run.num_threads:
             torch.set_num_threads(run.num_threads)
         run_dir = check_run_dir(cfg, resume)
         with _run_lock(run_dir, dist), no_cudnn_attention(device):
             if resume:
                 check_resumable(run_dir, cfg)
+                found = resumable_checkpoints(run_dir, dist)
             elif dist.is_main:
                 set_aside_stale_run(run_dir)
             seed_everything(run.seed)
@@ -106,7 +108,7 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             trainer = Trainer(model, task, cfg.optim, run, run_dir, task.train_data(dist), lr_at,
                               valid_data=task.valid_data(), dist=dist, progress=progress)
             if resume:
-                resume_from_last_good(trainer, run_dir)
+                resume_from_last_good(trainer, found, run_dir)
             finished = trainer.finished()  # a collective: every rank asks
             if dist.is_main and finished is None:  # a finished run keeps its config as it was
                 save_config(cfg, run_dir)
@@ -190,13 +192,27 @@ def _check_vocabulary(model_dir: Path, run_tokenizers) -> list[str]:
     return notes
 
 
-def resume_from_last_good(trainer: Trainer, run_dir: Path) -> None:
-    """Load the newest checkpoint that loads. A damaged newer one is skipped with a warning and, once an
-    older one has loaded, moved aside (kept as `damaged-ckpt_N`): listed still, it would be averaged into
-    the final model, or be the newest checkpoint of the continued run, from the abandoned one."""
+def resumable_checkpoints(run_dir: Path, dist: DistInfo) -> list[Path]:
+    """The checkpoints a resume may start from, oldest first: the periodic ones, else the best one (a run
+    killed after a validation, before its first periodic save). None is an error, raised before any work.
+    A best/ or model/ that a crash left moved aside while it was being replaced is put back first."""
+    best = run_dir / ckpt.CHECKPOINT_DIR / ckpt.BEST
+    if dist.is_main:
+        for replaced in (best, run_dir / ckpt.MODEL_DIR):
+            restore_replaced(replaced)
     found = ckpt.list_checkpoints(run_dir / ckpt.CHECKPOINT_DIR)
+    if not found and best.is_dir():
+        log.warning("no periodic checkpoint in %s; resuming from the best one, %s", best.parent, best)
+        found = [best]
     if not found:
         raise FileNotFoundError(f"{run_dir / ckpt.CHECKPOINT_DIR}: no checkpoint to resume from")
+    return found
+
+
+def resume_from_last_good(trainer: Trainer, found: list[Path], run_dir: Path) -> None:
+    """Load the newest of `found` that loads. A damaged newer one is skipped with a warning and, once an
+    older one has loaded, moved aside (kept as `damaged-ckpt_N`): listed still, it would be averaged into
+    the final model, or be the newest checkpoint of the continued run, from the abandoned one."""
     skipped = []
     for path in reversed(found):
         try:

@@ -77,6 +77,12 @@ class FitResult:
     last_valid: dict = field(default_factory=dict)
 
 
+def check_precision(precision: str, device: torch.device) -> None:
+    """train.precision must be one the device trains in: fp16's loss scaling is CUDA's."""
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("train.precision = 'fp16' needs a CUDA device; use 'bf16' on CPU")
+
+
 class Trainer:
     """Trains `model` in place. Only rank 0 writes to `run_dir`.
 
@@ -110,11 +116,8 @@ class Trainer:
 
     # -- setup ------------------------------------------------------------------------------
     def _make_scaler(self):
-        if self.precision != "fp16":
-            return None
-        if self.device.type != "cuda":
-            raise ValueError("train.precision = 'fp16' needs a CUDA device; use 'bf16' on CPU")
-        return torch.amp.GradScaler("cuda")
+        check_precision(self.precision, self.device)
+        return torch.amp.GradScaler("cuda") if self.precision == "fp16" else None
 
     def _warn_slow_bf16(self) -> None:
         if self.precision != "bf16" or self.device.type != "cpu" or not cpu_flags():
@@ -273,19 +276,27 @@ class Trainer:
         self._finish(reason)
         return FitResult(self.state, reason, last_valid)
 
+    def _save_diverged(self) -> str:
+        """Save the weights of a run that diverged when they are finite (the skipped updates never reached
+        them: bad batches leave them good), and say where a resume starts and what to do if it fails again."""
+        if not self._weights_finite():
+            return (f"The weights are no longer finite (an update made them so) and were not saved; the checkpoints "
+                    f"in {self.ckpt_root} hold earlier ones")
+        saved = self.save()  # None on ranks other than 0
+        earlier = [p for p in ckpt.list_checkpoints(self.ckpt_root) if p != saved]
+        if saved is None or not earlier:
+            return f"The weights of update {self.state.step} are in {saved or self.ckpt_root}"
+        return (f"The weights of update {self.state.step} are saved as {saved}; they are finite, but if a resume "
+                f"from them diverges again at once, remove {saved.name} to resume from {earlier[-1].name}")
+
     def _after_update(self, stats: UpdateStats, n_batches: int, postfix: dict) -> dict:
         """Bookkeeping after an update: epoch end, logging, validation, checkpoints."""
         s, run, valid = self.state, self.run, {}
         s.elapsed = self._elapsed()
         if s.bad_updates >= run.max_bad_updates:
-            finite = self._weights_finite()
-            if finite:
-                self.save()
-            where = (f"The last good weights are in {self.ckpt_root}" if finite else "The weights are no longer finite "
-                     f"(an update made them so) and were not saved; the checkpoints in {self.ckpt_root} hold earlier ones")
             raise TrainingDiverged(f"{s.bad_updates} non-finite updates in a row at update {s.step}; stopped. "
-                                   f"{where}. Lower the learning rate (optim.lr_factor), raise optim.warmup_steps "
-                                   "or set optim.clip_norm.")
+                                   f"{self._save_diverged()}. Lower the learning rate (optim.lr_factor), raise "
+                                   "optim.warmup_steps or set optim.clip_norm.")
         epoch_done = s.batch_index >= n_batches
         if epoch_done:
             s.epoch, s.batch_index = s.epoch + 1, 0
