@@ -64,11 +64,14 @@ def test_files_with_progress_bar(model_dir, tmp_path, capsys):
     assert hyp.read_text(encoding="utf-8").split("\n")[:-1] == expected(model_dir)
 
 
-def test_invalid_utf8_and_unknown_characters(model_dir, tmp_path, monkeypatch, capsys):
-    """Invalid bytes are replaced, from a file and from stdin alike (issue 33 item 8)."""
+def test_invalid_utf8_and_unknown_characters(model_dir, tmp_path, monkeypatch, capsys, caplog):
+    """Invalid bytes are replaced, from a file and from stdin alike (issue 33 item 8); a file's first one is
+    named in a warning (they were replaced without a word)."""
     src = tmp_path / "bad.txt"
     src.write_bytes(b"a \xff b\n\xe2\x98\x83\n")
-    assert main(["translate", str(model_dir), "-i", str(src), *FAST]) == 0
+    with caplog.at_level("WARNING", logger="aiayn.data.corpus"):
+        assert main(["translate", str(model_dir), "-i", str(src), *FAST]) == 0
+    assert f"{src}:1: invalid UTF-8 (invalid start byte at byte 2); it and every other" in caplog.text
     from_file = capsys.readouterr().out
     assert len(from_file.split("\n")) == 3
     assert from_file == "\n".join(Translator.from_pretrained(model_dir).translate(

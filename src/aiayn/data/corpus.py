@@ -119,9 +119,12 @@ def read_text_file(path: str | Path, errors: str = "strict") -> str:
     except (OSError, EOFError, zlib.error) as e:
         raise CorpusError(f"{path}: cannot decompress ({e})") from None
     try:
-        text = data.decode("utf-8", errors)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise CorpusError(utf8_error(path, data, e)) from None
+        if errors == "strict":
+            raise CorpusError(utf8_error(path, data, e)) from None
+        text = data.decode("utf-8", errors)
+        log.warning("%s; it and every other invalid byte of the file read as U+FFFD", utf8_error(path, data, e))
     return text.removeprefix("\ufeff")
 
 
