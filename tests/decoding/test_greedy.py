@@ -88,3 +88,16 @@ def test_the_output_limit_is_the_decimal_product():
             n = torch.arange(1, 1025)
             want = [max(1, int(Fraction(a) * k + b)) for k in n.tolist()]  # exact: a as the decimal written
             assert max_output_length(n, float(a), b).tolist() == want, a
+
+
+def test_an_empty_batch_decodes_to_nothing():
+    """`pad_sources([])` is a (0, 1) batch: every search failed in `limits.max()` of no rows."""
+    from aiayn.config import PAD_ID, SamplingConfig, TransformerConfig
+    from aiayn.decoding import sample
+    from aiayn.decoding.common import pad_sources
+    from aiayn.models import Transformer
+
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=12)).eval()
+    src = pad_sources([], PAD_ID)
+    assert greedy_search(model, src) == [] and beam_search(model, src) == []
+    assert sample(model, src, SamplingConfig()) == []

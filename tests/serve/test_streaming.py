@@ -114,3 +114,10 @@ def test_the_web_page_shows_generated_text_grow(lm_dir, live_server, chromium, m
     finally:
         shown_first.set()
         page.close()
+
+
+def test_a_blank_source_streams_what_it_translates_to_nothing(model_dir):
+    """`run` translates a blank line to "", but `stream` encoded it as [EOS] and decoded a sentence."""
+    pipe = load_pipeline(model_dir)
+    assert "".join(pipe.stream("  ", method="greedy")) == pipe(["  "], method="greedy")[0] == ""
+    assert "".join(pipe.stream("a b c", method="greedy")) == pipe(["a b c"], method="greedy")[0] != ""

@@ -30,7 +30,7 @@ def warnings(caplog) -> list[str]:
 
 
 def test_the_qa_carve_takes_only_the_training_files_stories(tmp_path):
-    (tmp_path / "qa1_x_train.txt").write_text(stories(100))
+    (tmp_path / "qa1_x_train.txt").write_text(stories(100, unique=True))
     (tmp_path / "qa1_x_test.txt").write_text(stories(60))
     task = babi_task(tmp_path, 0.3, 'data.test_split="qa*_test.txt"')
     train, valid, test = task.examples("qa*_train.txt"), task.examples("valid"), task.examples("qa*_test.txt")

@@ -81,6 +81,8 @@ def beam_search(model: Decodable, src: Tensor, config: DecodeConfig | None = Non
     """
     cfg = config or DecodeConfig()
     B = src.shape[0]
+    if B == 0:
+        return []
     state, beams = start_beams(model, src, cfg, torch.arange(B), [[] for _ in range(B)])
     bans = banned_tokens(src.device)[0]  # PAD, BOS; `advance` bans EOS before min_len
     for _ in range(int(beams.limits.max())):

@@ -35,6 +35,8 @@ def decode_rows(model: Decodable, src: Tensor, pick: Picker, max_len_a: float | 
         alive:  (N,) bool     rows that have neither produced EOS nor reached their limit
         out:    (B, L) long   produced tokens, L = the longest limit; cut at EOS/limit at the end
     """
+    if src.shape[0] == 0:
+        return []
     limits = output_limits(model, src, max_len_a, max_len_b)  # (B,)
     steps = int(limits.max())
     state = model.start(src, capacity=steps)

@@ -186,6 +186,8 @@ class TranslationPipeline(TextPipeline):
             raise RequestError("stream: beam search has no output until it ends; use method greedy or sample", 400)
         from aiayn.decoding.translator import line_seed
 
+        if not source.strip():  # as `run` translates a blank line: to nothing
+            return iter(())
         src = torch.tensor([encode_source(tr.tokenizers.src, source, tr.max_input_tokens, tr.keep)], device=tr.device)
         seed = None if sampling.seed is None else line_seed(sampling.seed, 0)  # as `translate` seeds its first line
         return text_pieces(stream_search(tr.decoder, src, decode, sampling, seed), tr.tokenizers.tgt.decode)
