@@ -30,14 +30,18 @@ def test_mismatched_lengths_are_an_error():
         metrics.bleu(HYPS[:2], REFS)
 
 
-def test_bleu_streams_need_the_same_number_of_references_and_something_to_score():
-    """Several references per example are sacreBLEU's reference streams, so the counts must agree."""
+def test_bleu_streams_take_any_number_of_references_but_not_none():
+    """Several references per example are sacreBLEU's reference streams; an example with fewer fills the rest
+    with "", which sacreBLEU reads as missing (a blank line of a second --ref file is no reference)."""
     two = [[r, h] for r, h in zip(REFS, HYPS)]
     assert metrics.bleu(HYPS, two).score == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS, HYPS]).score)
-    with pytest.raises(ValueError, match="example 0 has 2, example 2 has 1"):
-        metrics.chrf(HYPS, two[:2] + [REFS[2]])
+    fewer = two[:2] + [[REFS[2]]]
+    assert metrics.chrf(HYPS, fewer).score == pytest.approx(
+        sacrebleu.corpus_chrf(HYPS, [REFS, HYPS[:2] + [""]]).score)
     with pytest.raises(ValueError, match="example 0 has none"):
         metrics.bleu(HYPS[:1], [[]])
+    with pytest.raises(ValueError, match="example 2 has none"):
+        metrics.bleu(HYPS, two[:2] + [[]])
     with pytest.raises(ValueError, match="at least one hypothesis"):
         metrics.bleu([], [])  # sacreBLEU itself fails with an IndexError
 

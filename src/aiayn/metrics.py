@@ -83,18 +83,17 @@ def _ref_lists(refs: References) -> list[list[str]]:
 
 
 def _streams(hyps: Sequence[str], refs: References) -> list[list[str]]:
-    """sacreBLEU's reference streams (stream j holds every example's j-th reference)."""
+    """sacreBLEU's reference streams (stream j holds every example's j-th reference); an example with fewer
+    references than the most has "" in the rest, which sacreBLEU reads as no reference."""
     _check(hyps, refs)
     lists = _ref_lists(refs)
     if not lists:
         raise ValueError("BLEU and chrF need at least one hypothesis to score")
-    if not lists[0]:
-        raise ValueError("every example needs at least one reference; example 0 has none")
-    odd = next((i for i, r in enumerate(lists) if len(r) != len(lists[0])), None)
-    if odd is not None:
-        raise ValueError(f"BLEU and chrF need the same number of references for every example: "
-                         f"example 0 has {len(lists[0])}, example {odd} has {len(lists[odd])}")
-    return [list(stream) for stream in zip(*lists)]
+    none = next((i for i, r in enumerate(lists) if not r), None)
+    if none is not None:
+        raise ValueError(f"every example needs at least one reference; example {none} has none")
+    width = max(map(len, lists))
+    return [[r[j] if j < len(r) else "" for r in lists] for j in range(width)]
 
 
 def _mean_of_max(hyps: Sequence[str], refs: References, score) -> float:

@@ -118,6 +118,24 @@ def test_evaluate_hypothesis_file(tmp_path, capsys):
     assert "BLEU = 100.00" in capsys.readouterr().out
 
 
+def test_evaluate_drops_blank_references_and_refuses_a_line_without_any(tmp_path, capsys):
+    """A blank reference line was a reference: a blank output matched it (SQuAD EM 66.67 on these three lines,
+    where two are scored and one is right); sacreBLEU reads a blank one of two references as missing."""
+    hyp, ref, second = tmp_path / "hyp", tmp_path / "ref", tmp_path / "ref2"
+    hyp.write_text("garden\nkitchen\nhallway\n")
+    ref.write_text("garden\nbedroom\n\n")
+    second.write_text("office\nbedroom\nhallway\n")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--metric", "squad", "--json"]) == 2
+    assert f"{ref}:3: a blank reference; nothing to score" in capsys.readouterr().err
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--ref", str(second), "--metric", "squad",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["exact_match"] == round(200 / 3, 2)
+    hyp.write_text("garden\nkitchen\n\n")
+    second.write_text("office\nbedroom\n\n")
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--ref", str(second), "--metric", "squad"]) == 2
+    assert f"{ref}:3: a blank reference in every --ref file" in capsys.readouterr().err
+
+
 def test_evaluate_model_and_line_count_mismatch(model_dir, tmp_path, capsys):
     src, ref, saved = tmp_path / "src", tmp_path / "ref", tmp_path / "saved"
     src.write_text("a b\nc d\n")

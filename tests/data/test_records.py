@@ -47,10 +47,12 @@ def test_jsonl_fields_errors_and_empty_records(tmp_path):
     rows = [{"text": "a long mail", "summary": "subject"}, {"text": "", "summary": "x"},
             {"text": "body", "summary": ["s1", "s2"]}]
     path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
-    records = read_jsonl(path, ["text", "summary"])
+    records = read_jsonl(path, ["text", "summary"], lists=["summary"])
     assert records.rows == [rows[0], rows[2]] and (records.n_read, records.n_empty) == (3, 1)
     with pytest.raises(CorpusError, match="empty field"):
-        read_jsonl(path, ["text", "summary"], strict=True)
+        read_jsonl(path, ["text", "summary"], strict=True, lists=["summary"])
+    with pytest.raises(CorpusError, match=r"d.jsonl.gz:3: field 'summary' must be a string, got \['s1', 's2'\]"):
+        read_jsonl(path, ["text", "summary"])  # a source read as a list crashed the task with a traceback
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "a", "summary": "b"}\n{"text": "a"\n')
     with pytest.raises(CorpusError, match=r"bad.jsonl:2: not valid JSON"):
@@ -69,6 +71,6 @@ def test_jsonl_lists_lose_their_blank_strings_and_an_emptied_list_is_an_empty_fi
     rows = [{"text": "a", "summary": ["", "s", " "], "more": ["", "m"]}, {"text": "b", "summary": []},
             {"text": "c", "summary": ["  "]}, {"text": "d", "summary": "t", "more": [" "]}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    records = read_jsonl(path, ["text", "summary"], optional=["more"])
+    records = read_jsonl(path, ["text", "summary"], optional=["more"], lists=["summary"])
     assert records.rows == [{"text": "a", "summary": ["s"], "more": ["m"]}, {"text": "d", "summary": "t"}]
     assert (records.n_read, records.n_empty) == (4, 2)

@@ -57,6 +57,18 @@ def test_blocks_are_windows_with_targets_shifted_by_one(tmp_path):
     assert torch.equal(seen, torch.as_tensor(task.valid_ids[: len(seen)], dtype=torch.long))  # in order, no overlap
 
 
+def test_validation_text_outside_the_training_vocabulary_is_named_in_a_warning(tmp_path, caplog):
+    """The last 10% holds characters the first 90% lacks: they were validated on as <unk> without a word."""
+    with caplog.at_level("WARNING", logger="aiayn.tasks.lm"):
+        prepared(tmp_path, "0123456789" * 36 + "ABCDEFGHIJ" * 4)
+    assert "40 of the 40 validation tokens (100.0%) are <unk>" in caplog.text
+    caplog.clear()
+    (tmp_path / "b").mkdir()
+    with caplog.at_level("WARNING", logger="aiayn.tasks.lm"):
+        prepared(tmp_path / "b", "0123456789" * 40)
+    assert "<unk>" not in caplog.text
+
+
 def test_too_short_a_text_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="too short for blocks of 8 tokens"):
         prepared(tmp_path, "abc" * 10)

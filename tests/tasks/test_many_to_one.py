@@ -60,3 +60,18 @@ def test_a_saved_config_with_a_list_of_names_reads_back_identical(tmp_path, sett
     cfg = load_config(None, ["train.max_updates=1", *settings])
     assert not [name for name, value in vars(cfg.data).items() if isinstance(value, list)]  # frozen: tuples
     assert load_config(save_config(cfg, tmp_path / "run")) == cfg  # TOML's list is the config's tuple again
+
+
+def test_multilingual_translation_refuses_a_one_file_corpus(tmp_path):
+    """A TSV file holds one pair: it was read as every target's pairs and as every split's, so validation and
+    test scored the training pairs, each once per target language."""
+    from aiayn.data.corpus import CorpusError
+    from aiayn.tasks import build_task
+
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("".join(f"en{i}\tde{i}\n" for i in range(6)))
+    cfg = load_config(None, ["train.max_updates=1", 'task="aiayn.tasks.multilingual:MultilingualTranslationTask"',
+                             f'data.corpus="{tsv}"', 'data.src_lang="en"', 'data.tgt_langs=["de", "fr"]',
+                             'data.vocab_type="symbols"'])
+    with pytest.raises(CorpusError, match="one TSV file holds one language pair"):
+        build_task(cfg).check_test_split()

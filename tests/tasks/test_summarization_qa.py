@@ -111,6 +111,14 @@ def test_empty_parallel_summarization_pairs_are_counted(tmp_path):
     assert task.drops.of("train") == {"empty": 2}
 
 
+def test_a_source_that_is_a_list_is_an_error_naming_its_line(tmp_path):
+    """A list of strings passed the reader (a list is allowed for references) and the task failed on it later,
+    in a traceback ("'list' object has no attribute 'split'")."""
+    write_jsonl(tmp_path / "train.jsonl.gz", [{"body": "a b", "subject": "c"}, {"body": ["p1", "p2"], "subject": "d"}])
+    with pytest.raises(CorpusError, match=r"train.jsonl.gz:2: field 'body' must be a string"):
+        summarization_task(tmp_path).examples("train")
+
+
 def stories(n: int, unique: bool = False) -> str:
     """n two-fact bAbI stories, one question each, numbered as the real files are: 9 stories repeated, or
     with `unique` each its own (its first person's name numbered)."""

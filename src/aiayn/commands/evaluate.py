@@ -66,7 +66,7 @@ def run(args) -> int:
             check_writable(args.save_hyp, [args.src, *args.ref])
         pipeline = _pipeline(args)
         hyps = _decode(args, pipeline, sources)
-    refs = [list(per_line) for per_line in zip(*references)]  # per output, its references
+    refs = references_of(references, args.ref)  # per output, its references
     kwargs = {"tokenize": args.tokenize} if metric == "bleu" else {}
     if args.hyp or args.metric:
         scores = {"metric": metric, **SCORERS[metric](hyps, refs, **kwargs)}
@@ -75,6 +75,19 @@ def run(args) -> int:
     result = {**scores, "n_references": len(references)}
     print(json.dumps(result) if args.json else report(result))
     return 0
+
+
+def references_of(references: list[list[str]], paths: list[str]) -> list[list[str]]:
+    """Each line's references, one per --ref file, without the blank ones: a blank line is no reference (a blank
+    output matched it). A line left with none is an error naming it."""
+    out = []
+    for number, per_line in enumerate(zip(*references), start=1):
+        kept = [r for r in per_line if r.strip()]
+        if not kept:
+            raise ValueError(f"{paths[0]}:{number}: a blank reference{' in every --ref file' if len(paths) > 1 else ''}; "
+                             "nothing to score that line against")
+        out.append(kept)
+    return out
 
 
 def report(result: dict) -> str:

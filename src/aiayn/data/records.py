@@ -36,9 +36,11 @@ class Records:
     n_empty: int  # skipped for an empty field
 
 
-def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False, optional: Sequence[str] = ()) -> Records:
+def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False, optional: Sequence[str] = (),
+               lists: Sequence[str] = ()) -> Records:
     """The `fields` of every JSON object in `path` (one per line; blank lines are ignored), and
-    those of the `optional` fields it has (an empty optional field counts as absent)."""
+    those of the `optional` fields it has (an empty optional field counts as absent). Each is a string;
+    those of `lists` and the optional ones (references, answers) may be lists of strings."""
     rows, n_read, n_empty = [], 0, 0
     for i, line in enumerate(read_lines(path), start=1):
         if not line:
@@ -48,8 +50,8 @@ def read_jsonl(path: str | Path, fields: Sequence[str], strict: bool = False, op
         missing = [f for f in fields if f not in row]
         if missing:
             raise CorpusError(f"{path}:{i}: missing field(s) {', '.join(missing)}; has {', '.join(sorted(row))}")
-        values = {f: _text(path, i, f, row[f]) for f in fields}
-        extra = {f: v for f in optional if f in row and _filled(v := _text(path, i, f, row[f]))}
+        values = {f: _text(path, i, f, row[f], f in lists) for f in fields}
+        extra = {f: v for f in optional if f in row and _filled(v := _text(path, i, f, row[f], True))}
         if not all(map(_filled, values.values())):
             if strict:
                 raise CorpusError(f"{path}:{i}: empty field")
@@ -69,13 +71,15 @@ def _json_object(path, i: int, line: str) -> dict:
     return row
 
 
-def _text(path, i: int, field: str, value) -> Field:
-    """A string, or a list of strings without its blank ones (a blank reference is no reference)."""
+def _text(path, i: int, field: str, value, may_be_list: bool) -> Field:
+    """A string, or where `may_be_list` a list of strings without its blank ones (a blank reference is no
+    reference)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+    if may_be_list and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [v for v in value if v.strip()]
-    raise CorpusError(f"{path}:{i}: field {field!r} must be a string or a list of strings, got {value!r}")
+    kind = "a string or a list of strings" if may_be_list else "a string"
+    raise CorpusError(f"{path}:{i}: field {field!r} must be {kind}, got {value!r:.60}")
 
 
 def _filled(value: Field) -> bool:

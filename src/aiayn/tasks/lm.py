@@ -282,6 +282,11 @@ class LMTask:
         if len(self.train_ids) <= self.block or len(self.valid_ids) <= self.block:
             raise ValueError(f"{self.data.corpus}: too short for blocks of {self.block} tokens "
                              f"({len(self.train_ids)} training, {len(self.valid_ids)} validation tokens)")
+        unknown = int((self.valid_ids == UNK_ID).sum())
+        if unknown:  # text of the validation part that the training part's vocabulary lacks
+            log.warning("%s: %d of the %d validation tokens (%.1f%%) are <unk>, not in the training text's vocabulary; "
+                        "the validation loss counts them", self.data.corpus, unknown, len(self.valid_ids),
+                        100 * unknown / len(self.valid_ids))
         log.info("data ready in %.1f s: %d training and %d validation tokens, vocabulary %d",
                  time.monotonic() - t, len(self.train_ids), len(self.valid_ids), tok.vocab_size)
 

@@ -68,11 +68,17 @@ class MultilingualTranslationTask(TranslationTask):
         return Seq2SeqTask.load(self, split)  # the tagged text, tokenized here (not through the preprocessing cache)
 
     def check_test_split(self) -> None:
-        if self.data.test_split:
-            from aiayn.data.corpus import resolve_source
+        """The test split's files exist, and the corpus is not one TSV file: that holds one language pair, and
+        was read again as every target's pairs, and as every split's (validation and test on the training pairs)."""
+        from aiayn.data.corpus import CorpusError, resolve_source
 
-            for target in self.data.tgt_langs:
-                resolve_source(self.data.corpus, self.data.test_split, (self.data.src_lang, target), self.data.data_dir or None)
+        data = self.data
+        _, one_file = resolve_source(data.corpus, data.train_split, (data.src_lang, data.tgt_langs[0]), data.data_dir or None)
+        if one_file:
+            raise CorpusError(f"{data.corpus}: one TSV file holds one language pair; multilingual translation reads a "
+                              "directory of {split}.{lang} files, one per language of data.tgt_langs")
+        for target in data.tgt_langs if data.test_split else ():
+            resolve_source(data.corpus, data.test_split, (data.src_lang, target), data.data_dir or None)
 
     def valid_subset(self, examples: Examples, n: int) -> Examples:
         return examples.spread(n)  # every target in

@@ -161,7 +161,7 @@ class QATask(Seq2SeqTask):
 
         data = self.data
         path = record_file(data.corpus, split)
-        records = read_jsonl(path, ("context", "question", "answer"))
+        records = read_jsonl(path, ("context", "question", "answer"), lists=("answer",))
         self.drops.note(split, "empty", records.n_empty, records.n_read, f"{path}: records with an empty field")
         return Examples([qa_source(r["context"], r["question"]) for r in records.rows],
                         [[r["answer"]] if isinstance(r["answer"], str) else list(r["answer"]) for r in records.rows])

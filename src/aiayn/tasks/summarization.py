@@ -113,7 +113,8 @@ class SummarizationTask(Seq2SeqTask):
 
         path = record_file(data.corpus, split)
         fields = (data.target_field, *data.reference_fields)  # the training split may lack the extra references
-        records = read_jsonl(path, (data.source_field, data.target_field), optional=data.reference_fields)
+        records = read_jsonl(path, (data.source_field, data.target_field), optional=data.reference_fields,
+                             lists=(data.target_field,))  # a list of summaries: the first is trained on
         self.drops.note(split, "empty", records.n_empty, records.n_read, f"{path}: records with an empty field")
         refs = [[flatten(r) for f in fields if f in row for r in _as_list(row[f])] for row in records.rows]
         return Examples([flatten(row[data.source_field]) for row in records.rows], refs)
