@@ -72,11 +72,11 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     ct2 = require_ctranslate2()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     _check_destination(out_dir, model_dir)
-    model, tokenizers, info = _read_model_dir(model_dir)
+    model, tokenizers, info, decode = _read_model_dir(model_dir)
     with atomic_dir(out_dir, make=False) as tmp:  # CTranslate2's converter makes the directory
         convert_transformer(model, tmp, quantization, _pieces(tokenizers.src, model_dir),
                             _pieces(tokenizers.tgt, model_dir))
-        _write_extras(tmp, tokenizers, info, _manifest(model_dir, model, quantization, info, ct2.__version__))
+        _write_extras(tmp, tokenizers, info, _manifest(model_dir, model, quantization, info, decode, ct2.__version__))
     log.info("exported %s to %s (CTranslate2, %s)", model_dir, out_dir, quantization)
     return out_dir
 
@@ -99,7 +99,7 @@ def read_manifest(export_dir: str | Path) -> dict:
 
 # -- the model directory ---------------------------------------------------------------------------
 def _read_model_dir(model_dir: Path):
-    """(model, tokenizers, task info) of an exportable model directory; errors name the file."""
+    """(model, tokenizers, task info, its decoding settings) of an exportable model directory; errors name the file."""
     from aiayn.data.tokenizer import load_tokenizers
     from aiayn.decoding.translator import check_vocab
     from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
@@ -124,8 +124,7 @@ def _read_model_dir(model_dir: Path):
     model, tokenizers = load_model(model_dir), load_tokenizers(model_dir)
     check_vocab(config, tokenizers, str(model_dir))
     info = read_task_info(model_dir)
-    decode_settings(info, model_dir)  # a bad setting fails here, before the conversion
-    return model, tokenizers, info
+    return model, tokenizers, info, decode_settings(info, model_dir)  # a bad setting fails here, before the conversion
 
 
 def _pieces(tokenizer, model_dir: Path) -> list[str]:
@@ -142,10 +141,9 @@ def _check_destination(out_dir: Path, model_dir: Path) -> None:
     check_replaceable(out_dir, lambda d: (d / MANIFEST).is_file(), "an export directory", [model_dir])
 
 
-def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version: str) -> dict:
+def _manifest(model_dir: Path, model, quantization: str, info: dict, decode, ct2_version: str) -> dict:
     from aiayn import __version__
     from aiayn.tasks import DEFAULT_TASK
-    from aiayn.tasks.seq2seq import decode_settings
 
     c = model.config
     return {
@@ -157,7 +155,7 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, ct2_version
                   "d_model": c.d_model, "n_heads": c.n_heads, "norm_first": c.norm_first,
                   "src_vocab_size": c.src_vocab_size, "tgt_vocab_size": c.tgt_vocab_size},
         "task": info.get("task", DEFAULT_TASK), "languages": info.get("languages"),
-        "decode": dataclasses.asdict(decode_settings(info, model_dir)),  # the defaults a translator starts from
+        "decode": dataclasses.asdict(decode),  # the defaults a translator starts from
         "task_info": info,  # task.json, also copied beside this file
     }
 

@@ -231,8 +231,11 @@ def _generation(decode: DecodeConfig, where: str) -> dict:
         out["no_repeat_ngram_size"] = decode.no_repeat_ngram_size
     if decode.min_len:
         out["min_new_tokens"] = decode.min_len
-    lost = [f"the GNMT length penalty (α {decode.length_penalty}; Hugging Face's |Y|^α applies)"] * (
-        decode.length_penalty_form != "plain") + [f"nbest {decode.nbest}"] * (decode.nbest > 1)
+    lost = []
+    if decode.length_penalty_form != "plain":
+        lost.append(f"the GNMT length penalty (α {decode.length_penalty}; Hugging Face's |Y|^α applies)")
+    if decode.nbest > 1:
+        lost.append(f"nbest {decode.nbest}")
     if lost:
         log.warning("%s: no Hugging Face counterpart, left out of generation_config.json: %s", where, "; ".join(lost))
     return out

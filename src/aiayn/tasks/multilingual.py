@@ -77,8 +77,9 @@ class MultilingualTranslationTask(TranslationTask):
         if one_file:
             raise CorpusError(f"{data.corpus}: one TSV file holds one language pair; multilingual translation reads a "
                               "directory of {split}.{lang} files, one per language of data.tgt_langs")
-        for target in data.tgt_langs if data.test_split else ():
-            resolve_source(data.corpus, data.test_split, (data.src_lang, target), data.data_dir or None)
+        if data.test_split:
+            for target in data.tgt_langs:
+                resolve_source(data.corpus, data.test_split, (data.src_lang, target), data.data_dir or None)
 
     def valid_subset(self, examples: Examples, n: int) -> Examples:
         return examples.spread(n)  # every target in

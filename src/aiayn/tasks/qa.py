@@ -173,18 +173,18 @@ class QATask(Seq2SeqTask):
         is left out of training, counted; any other split is read whole."""
         data = self.data
         carve = carving(data, split)
-        questions = [(path, ex) for path in babi_files(data.corpus, data.train_split if carve else split)
-                     for ex in self._read_babi(path)]  # (file, question)
+        questions = [(path, ex, _babi_source(ex)) for path in babi_files(data.corpus, data.train_split if carve else split)
+                     for ex in self._read_babi(path)]  # (file, question, source)
         if carve:
-            held = [carved(f"{path.name}:{ex.story}", data.carve_fraction, data.carve_offset) for path, ex in questions]
-            asked = {_babi_source(ex) for (_, ex), h in zip(questions, held) if h}
+            held = [carved(f"{path.name}:{ex.story}", data.carve_fraction, data.carve_offset) for path, ex, _ in questions]
+            asked = {src for (_, _, src), h in zip(questions, held) if h}
             questions = [q for q, h in zip(questions, held) if h == (split == data.valid_split)]
             if split != data.valid_split:
                 n = len(questions)
-                questions = [(path, ex) for path, ex in questions if _babi_source(ex) not in asked]
+                questions = [q for q in questions if q[2] not in asked]
                 self.drops.note(split, "duplicate", n - len(questions), n, "questions the carved split asks too")
-        return Examples([_babi_source(ex) for _, ex in questions], [[ex.answer] for _, ex in questions],
-                        [ex.task for _, ex in questions])
+        return Examples([src for _, _, src in questions], [[ex.answer] for _, ex, _ in questions],
+                        [ex.task for _, ex, _ in questions])
 
     def _read_babi(self, path: Path) -> list:
         from aiayn.data.records import read_babi
