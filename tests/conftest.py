@@ -42,3 +42,16 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 def device(request) -> torch.device:
     """Tests that take `device` run on the CPU and, where one is available, on CUDA too."""
     return torch.device(request.param)
+
+
+@pytest.fixture(scope="session")
+def minilm(tmp_path_factory) -> tuple[Path, Path]:
+    """(Hugging Face directory, aiayn import) of the real all-MiniLM-L6-v2; skips, saying why, without it."""
+    from real_checkpoints import extract_minilm
+
+    pytest.importorskip("tokenizers")
+    from aiayn.interop import import_hf
+
+    root = tmp_path_factory.mktemp("minilm")
+    hf = extract_minilm(root / "hf")
+    return hf, import_hf(hf, root / "aiayn")

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 
-COMMANDS = ("demo", "params", "prepare", "train", "average", "translate", "summarize", "answer", "generate", "classify", "serve", "import", "export", "evaluate", "plot")
+COMMANDS = ("demo", "params", "prepare", "train", "average", "translate", "summarize", "answer", "generate", "classify", "embed", "serve", "import", "export", "evaluate", "plot")
 
 # Failures a user can cause and fix. OSError: missing, unreadable or unwritable paths, a full
 # disk. ValueError: bad flags, configs (aiayn.config.ConfigError) and inputs. RuntimeError:

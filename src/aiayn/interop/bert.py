@@ -1,5 +1,8 @@
-"""BERT (`BertForSequenceClassification`, `BertForMaskedLM`) <-> aiayn's encoder-only model with
-token inputs: a classifier (task classify) or a masked language model (task mlm).
+"""BERT (`BertForSequenceClassification`, `BertForMaskedLM`, the bare `BertModel`) <-> aiayn's
+encoder-only model with token inputs: a classifier (task classify), a masked language model (task
+mlm), or a body without a head (task embed: feature extraction, and the start of a fine-tuning,
+`train.init_from`). `BertForPreTraining` imports as a body: its two pre-training heads are dropped,
+with a warning naming them.
 
 BERT is the paper's encoder, post-norm, with four options of its own: a LayerNorm over the summed
 embeddings (`embedding_norm`), token-type embeddings (`type_vocab_size`; every token is of type 0
@@ -13,6 +16,8 @@ BERT's WordPiece (tokenizer.json); a text encodes as Hugging Face encodes it, [S
 
 from __future__ import annotations
 
+import logging
+
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.data.tokenizer import TokenizerPair
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
@@ -23,9 +28,13 @@ from aiayn.interop.vocab import IdMap
 from aiayn.io import read_json_object
 from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
 from aiayn.tasks.classify import ClassifyTask
+from aiayn.tasks.embed import EmbedTask, pooling_of
 from aiayn.tasks.mlm import MLMTask
 
-CLASSIFIER, MLM = "BertForSequenceClassification", "BertForMaskedLM"
+log = logging.getLogger(__name__)
+
+CLASSIFIER, MLM, BODY, PRETRAINING = "BertForSequenceClassification", "BertForMaskedLM", "BertModel", "BertForPreTraining"
+HEADS_DROPPED = ("cls.predictions", "cls.seq_relationship")  # BertForPreTraining's MLM and next-sentence heads
 SPECIALS = {"pad_token": ("[PAD]", PAD_ID), "cls_token": ("[CLS]", BOS_ID), "sep_token": ("[SEP]", EOS_ID),
             "unk_token": ("[UNK]", UNK_ID)}  # tokenizer_config.json's name: (BERT's default, aiayn's id)
 
@@ -45,9 +54,12 @@ def params(cfg: EncoderOnlyConfig, ids: IdMap) -> list[Param]:
         table += linear(f"{a}.ff_conn.norm", f"{h}.output.LayerNorm")
     head = "cls.predictions"
     mlm = linear("mlm_dense", f"{head}.transform.dense") + linear("mlm_norm", f"{head}.transform.LayerNorm")
-    if cfg.n_classes:  # a classifier: its MLM head (unused) keeps its initial weights and is not exported
-        return table + linear("pool", "bert.pooler.dense") + linear("classifier", "classifier") + \
-            [Param(p.aiayn, p.hf, p.into, lambda t: [], optional=True) for p in mlm]
+    if cfg.pooler:
+        table += linear("pool", "bert.pooler.dense")
+    if cfg.n_classes:
+        table += linear("classifier", "classifier")
+    if not cfg.logits_bias:  # a classifier or a body: its MLM head (unused) keeps its initial weights, not exported
+        return table + [Param(p.aiayn, p.hf, p.into, lambda t: [], optional=True) for p in mlm]
     return table + mlm + [Param("logits_bias", (f"{head}.bias",), lambda ts: ids.bias_in(ts[0], ts[0]),
                                 lambda t: [ids.rows_out(t)])]
 
@@ -63,8 +75,14 @@ def read_tokenizer_json(ckpt: Checkpoint) -> str:
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
     architecture = (c("architectures") or ["?"])[0]
-    if architecture not in (CLASSIFIER, MLM):
-        raise ckpt.refuse("architectures", c("architectures"), f"aiayn imports {CLASSIFIER} and {MLM}")
+    if architecture not in (CLASSIFIER, MLM, BODY, PRETRAINING):
+        raise ckpt.refuse("architectures", c("architectures"),
+                          f"aiayn imports {CLASSIFIER}, {MLM}, {BODY} and {PRETRAINING}")
+    body = architecture in (BODY, PRETRAINING)
+    dropped = [name for name in HEADS_DROPPED if any(n.startswith(name + ".") for n in ckpt.names)]
+    if body and dropped:
+        log.warning("%s: %s's heads %s are dropped: aiayn imports its body, on which a new head is trained "
+                    "(train.init_from)", ckpt.directory, architecture, ", ".join(dropped))
     for field, value, want in (("position_embedding_type", c("position_embedding_type", "absolute"), "absolute"),
                                ("is_decoder", c("is_decoder", False), False),
                                ("tie_word_embeddings", c("tie_word_embeddings", True), True)):
@@ -87,9 +105,13 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         max_positions=c("max_position_embeddings", 512), n_classes=len(labels),
         layer_norm_eps=c("layer_norm_eps", 1e-12),
         activation=activation, logits_bias=architecture == MLM, scale_embeddings=False, embedding_norm=True,
-        type_vocab_size=c("type_vocab_size", 2), pooler=architecture == CLASSIFIER)
-    info = {"task": ClassifyTask.name if labels else MLMTask.name, "labels": labels, "max_input_tokens": config.max_positions - 1,
+        type_vocab_size=c("type_vocab_size", 2),
+        pooler=architecture == CLASSIFIER or (body and ckpt.has("bert.pooler.dense.weight")))
+    task = EmbedTask.name if body else ClassifyTask.name if labels else MLMTask.name
+    info = {"task": task, "labels": labels, "max_input_tokens": config.max_positions - 1,
             "imported_from": {"format": "hf", "architecture": architecture}}
+    if body:
+        info.update(pooling_of(ckpt.directory))  # sentence-transformers' pooling, where its files say it
     return Imported(EncoderOnly.model_type, config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
 
 
@@ -114,21 +136,29 @@ def exports(model) -> bool:
     return model.model_type == EncoderOnly.model_type and model.config.input == "tokens"
 
 
+def architecture_of(cfg: EncoderOnlyConfig) -> str:
+    """The Hugging Face class of an encoder-only model: a classifier, an MLM model, or a bare body."""
+    return CLASSIFIER if cfg.n_classes else MLM if cfg.logits_bias else BODY
+
+
 def export_model(model, tokenizers, info: dict, where: str) -> Exported:
     cfg: EncoderOnlyConfig = model.config
     classify = cfg.n_classes > 0
+    architecture = architecture_of(cfg)
     refuse_options(where, "BERT", {
         "norm_first": (cfg.norm_first, False), "positional": (cfg.positional, "learned"),
         "scale_embeddings": (cfg.scale_embeddings, False), "embedding_norm": (cfg.embedding_norm, True),
-        "attention_score": (cfg.attention_score, "scaled_dot"), "pooler": (cfg.pooler, classify),
-        "logits_bias": (cfg.logits_bias, not classify), "type_vocab_size > 0": (cfg.type_vocab_size > 0, True)})
-    if cfg.activation == "relu" and not classify:  # as import refuses it
+        "attention_score": (cfg.attention_score, "scaled_dot"), "pooling": (cfg.pooling, "cls"),
+        "pooler": (cfg.pooler, classify or (architecture == BODY and cfg.pooler)),
+        "logits_bias and n_classes": (cfg.logits_bias and classify, False),
+        "type_vocab_size > 0": (cfg.type_vocab_size > 0, True)})
+    if cfg.activation == "relu" and architecture == MLM:  # as import refuses it
         raise Unsupported(f"{where}: activation = 'relu' has no BERT counterpart in an MLM model: BERT's one "
                           "hidden_act acts in the MLM head too, where aiayn's model uses GELU beside a ReLU FFN")
     tokenizer = HFTokenizer.of(tokenizers, where, "BERT")
     ids = tokenizer.ids
     labels = info.get("labels") or []
-    config = {"model_type": "bert", "architectures": [CLASSIFIER if classify else MLM], "vocab_size": ids.hf_size,
+    config = {"model_type": "bert", "architectures": [architecture], "vocab_size": ids.hf_size,
               "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
               "intermediate_size": cfg.d_ff, "hidden_act": ACTIVATIONS_OUT[cfg.activation],
               "max_position_embeddings": cfg.max_positions, "type_vocab_size": cfg.type_vocab_size,

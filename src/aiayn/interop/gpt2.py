@@ -1,4 +1,5 @@
-"""GPT-2 (`GPT2LMHeadModel`) <-> aiayn's decoder-only model, a language model (task lm).
+"""GPT-2 (`GPT2LMHeadModel`, or the bare `GPT2Model`, whose head is its tied embedding as in
+transformers) <-> aiayn's decoder-only model, a language model (task lm).
 
 GPT-2 is the decoder-only model with pre-norm, learned positions, unscaled embeddings tied to the
 output and the tanh GELU (`activation = "gelu_tanh"`); its Conv1D layers store (in, out) weights,
@@ -21,7 +22,7 @@ from aiayn.interop.vocab import IdMap
 from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
 from aiayn.tasks.lm import LMTask
 
-ARCHITECTURE = "GPT2LMHeadModel"
+ARCHITECTURE, BODY = "GPT2LMHeadModel", "GPT2Model"
 
 
 def params(cfg: DecoderOnlyConfig, ids: IdMap) -> list[Param]:
@@ -43,7 +44,7 @@ def params(cfg: DecoderOnlyConfig, ids: IdMap) -> list[Param]:
 
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
-    ckpt.check_architecture(ARCHITECTURE)
+    architecture = ckpt.check_architecture(ARCHITECTURE, BODY)  # a bare body: its head is the tied embedding
     for field, value, want in (("scale_attn_by_inverse_layer_idx", c("scale_attn_by_inverse_layer_idx", False), False),
                                ("scale_attn_weights", c("scale_attn_weights", True), True),
                                ("add_cross_attention", c("add_cross_attention", False), False),
@@ -61,7 +62,7 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
     from aiayn.data.tokenizer import TokenizerPair
 
     info = {"task": LMTask.name, "block": config.max_positions,
-            "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
+            "imported_from": {"format": "hf", "architecture": architecture}}
     return Imported(DecoderOnly.model_type, config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
 
 

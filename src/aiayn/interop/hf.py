@@ -1,6 +1,6 @@
 """`aiayn import hf SRC OUT` and `aiayn export hf MODEL_DIR OUT`: Hugging Face checkpoints in and out.
 
-    import_hf(src, out)        a Hugging Face model directory -> an aiayn model directory
+    import_hf(src, out)        a Hugging Face model directory, or a Hub name -> an aiayn model directory
     export_hf(model_dir, out)  an aiayn model directory -> what `transformers` loads with from_pretrained
 
 One family module per architecture (`interop.marian`, `.gpt2`, `.bert`, `.vit`) holds its weight
@@ -13,6 +13,7 @@ weights are safetensors, configs JSON, tokenizers sentencepiece or the `tokenize
     Marian   MarianMTModel                                <-> encoder-decoder, task translation
     GPT-2    GPT2LMHeadModel                              <-> decoder-only, task lm
     BERT     BertForSequenceClassification, BertForMaskedLM <-> encoder-only (tokens), task classify / mlm
+             BertModel, BertForPreTraining (body)          <-> encoder-only (tokens), task embed
     ViT      ViTForImageClassification                    <-> encoder-only (patches), task image-classify
 """
 
@@ -36,14 +37,20 @@ FAMILIES = {"marian": "aiayn.interop.marian", "gpt2": "aiayn.interop.gpt2", "ber
             "vit": "aiayn.interop.vit"}
 
 
+# What a Hub download fetches: configs, safetensors weights, tokenizers. Never a pickle (*.bin, *.pt, *.ckpt).
+HUB_FILES = ("*.json", "*.safetensors", "*.spm", "*.model", "*.txt")
+
+
 def import_hf(src: str | Path, out: str | Path) -> Path:
-    """Convert the Hugging Face model directory `src` into the aiayn model directory `out`."""
+    """Convert the Hugging Face model `src` into the aiayn model directory `out`: a local directory, or a
+    Hub name (`Helsinki-NLP/opus-mt-de-en`) fetched first (`fetch_from_hub`)."""
     from aiayn.data.tokenizer import save_tokenizers
     from aiayn.decoding.translator import check_vocab
     from aiayn.models import Transformer, build_model
     from aiayn.interop.checkpoint import load_params
     from aiayn.tasks import write_task_info
 
+    src = src if Path(src).exists() else fetch_from_hub(str(src))
     ckpt = Checkpoint(src)
     kind = ckpt.field("model_type")
     if kind not in FAMILIES:
@@ -66,6 +73,36 @@ def import_hf(src: str | Path, out: str | Path) -> Path:
     _write_dir(Path(out), write, is_import, "an earlier import (an aiayn model directory with imported_from)", src)
     log.info("imported %s (%s) to %s", src, kind, out)
     return Path(out)
+
+
+def fetch_from_hub(name: str) -> Path:
+    """The snapshot of Hub model `name` in the user's Hugging Face cache (`HF_HUB_CACHE`, `HF_HOME`), downloaded
+    by `huggingface_hub.snapshot_download` when missing: its configs, safetensors weights and tokenizer
+    files only (`HUB_FILES`), never a pickle. With `HF_HUB_OFFLINE=1` the cache alone is read. A name that
+    is no local path and no Hub name, one the Hub does not know, or one neither cached nor reachable is an
+    error saying which."""
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+        from huggingface_hub.utils import validate_repo_id
+    except ImportError:
+        raise FileNotFoundError(f"{name}: no such directory (a Hub name needs huggingface_hub: "
+                                "pip install 'aiayn[hf]')") from None
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise FileNotFoundError(f"{name}: no such directory, nor a Hugging Face Hub name (ORG/NAME)") from None
+    try:
+        found = Path(snapshot_download(name, allow_patterns=list(HUB_FILES)))
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(f"{name}: no such directory, and the Hugging Face Hub has no model of that name "
+                                "(or it is private: log in with `hf auth login`)") from None
+    except LocalEntryNotFoundError:
+        raise FileNotFoundError(f"{name}: not in the Hugging Face cache, and the Hub cannot be reached (offline, "
+                                "or HF_HUB_OFFLINE=1): fetch it where there is a network, or give a local "
+                                "directory") from None
+    log.info("%s: the Hub's snapshot %s", name, found)
+    return found
 
 
 def export_hf(model_dir: str | Path, out: str | Path) -> Path:

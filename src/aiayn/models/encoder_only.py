@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
@@ -72,7 +72,10 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
     scale_embeddings: bool = True  # tokens: embeddings times sqrt(d_model) (§3.4); BERT does not scale
     embedding_norm: bool = False  # a LayerNorm over embeddings + positions (+ token types), as BERT has
     type_vocab_size: int = 0  # > 0: BERT's token-type (segment) embeddings; every input token is of type 0
-    pooler: bool = False  # the classifier reads tanh(dense([CLS] state)), BERT's pooler, not the state
+    pooler: bool = False  # the classifier reads tanh(dense([CLS] state)), BERT's pooler (a BERT body may carry it unused)
+
+    # what a run started from another model's directory (`train.init_from`) sets itself: the heads
+    head_fields: ClassVar[tuple[str, ...]] = ("n_classes", "pooling", "pooler", "logits_bias")
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
@@ -94,8 +97,6 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
             raise ConfigError(f"type_vocab_size must be >= 0, and 0 for patches; got {self.type_vocab_size}")
         if self.pooler and self.pooling != "cls":
             raise ConfigError("pooler reads the [CLS] state: it needs pooling = 'cls'")
-        if self.pooler and not self.n_classes:
-            raise ConfigError("pooler feeds the classifier head: it needs n_classes > 0")
         if self.logits_bias and self.input == "patches":
             raise ConfigError("logits_bias belongs to the MLM head, which input = 'patches' has not")
         self.check_recurrence()
@@ -210,8 +211,8 @@ class EncoderOnly(PretrainedModel):
 
     def _pooled(self, h: Tensor, x: Tensor) -> Tensor:
         """(B, 1 + T, D) final states -> (B, D), what the classifier reads."""
-        if self.pool is not None:
-            return torch.tanh(self.pool(h[:, 0]))
+        if self.pool is not None:  # BERT's pooler, and the dropout BertForSequenceClassification puts after it
+            return self.dropout(torch.tanh(self.pool(h[:, 0])))
         if self.config.pooling == "cls":
             return h[:, 0]
         real = torch.ones(h.shape[:2], dtype=h.dtype, device=h.device)  # (B, 1 + T)

@@ -3,7 +3,7 @@ to each (`pipeline.Pipeline`, through `load_pipeline`).
 
 A recipe names its task with a top-level `task = "..."`:
     a built-in name     translation, summarization, qa (the text-to-text tasks of `seq2seq`),
-                        lm (decoder-only), classify and mlm (encoder-only), image-classify (ViT)
+                        lm (decoder-only), classify, mlm and embed (encoder-only), image-classify (ViT)
     an import path      "package.module:TaskClass", for a task defined outside aiayn
     an entry point      a name in the `aiayn.tasks` entry-point group of an installed package
 
@@ -27,6 +27,7 @@ TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", importe
     "lm": "aiayn.tasks.lm:LMTask",
     "classify": "aiayn.tasks.classify:ClassifyTask",
     "mlm": "aiayn.tasks.mlm:MLMTask",
+    "embed": "aiayn.tasks.embed:EmbedTask",
     "image-classify": "aiayn.tasks.vision:ImageClassifyTask",
 })
 DEFAULT_TASK = "translation"  # a recipe without `task`, and a model directory without task.json

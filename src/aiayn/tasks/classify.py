@@ -180,6 +180,16 @@ def input_limit(info: dict, model_dir: str | Path, max_positions: int) -> int:
     return limit
 
 
+def text_inputs(tokenizer, texts: Sequence[str], max_length: int) -> list[list[int]]:
+    """The encoder inputs of `texts`: their tokens (`input_tokens`), cut to `max_length` as in training
+    (one warning counts the cut ones)."""
+    ids = [input_tokens(tokenizer, t) for t in texts]
+    cut = sum(len(x) > max_length for x in ids)
+    if cut:
+        log.warning("%d of %d texts cut to %d tokens", cut, len(ids), max_length)
+    return [x[:max_length] or [UNK_ID] for x in ids]
+
+
 class Classifier(Pipeline):
     """`Classifier.from_pretrained(DIR).classify(texts)` (or `load_pipeline(DIR)(texts)`) ->
     [(label, probability)] per text. A CLI output line is `label<TAB>probability`."""
@@ -213,13 +223,7 @@ class Classifier(Pipeline):
         return self.decide(self.inputs(texts), progress, batch_size)
 
     def inputs(self, texts: Sequence[str]) -> list[list[int]]:
-        """The model inputs of `texts`: their tokens (`input_tokens`), cut to max_length as in training
-        (one warning counts the cut ones)."""
-        ids = [input_tokens(self.tokenizer, t) for t in texts]
-        cut = sum(len(x) > self.max_length for x in ids)
-        if cut:
-            log.warning("%d of %d texts cut to %d tokens", cut, len(ids), self.max_length)
-        return [x[: self.max_length] or [UNK_ID] for x in ids]
+        return text_inputs(self.tokenizer, texts, self.max_length)
 
     def decide(self, inputs: list, progress=None, batch_size: int = 64) -> list[tuple[str, float]]:
         """(label, probability) of each model input (token ids, or patches), `batch_size` at a time."""

@@ -131,7 +131,7 @@ class RunConfig:
     average_last: int = 1  # final model = mean of the last N checkpoints (§6.1); 1 = last weights
     best_metric: str = "nll"  # what makes the "best" checkpoint: "nll" or a task metric (the task's lower_is_better says which way wins)
     final: str = "last"  # RUN_DIR/model: "last" (the mean of the last average_last) or "best" (the best checkpoint)
-    init_from: str = ""  # a model directory whose weights start a fresh run (same names and shapes; e.g. MLM -> classifier)
+    init_from: str = ""  # a model directory whose architecture, weights and vocabulary start a fresh run; the recipe gives the head (MLM -> classifier, an imported BERT -> classifier)
     max_bad_updates: int = 10  # stop after this many non-finite updates in a row
     log_every: int = 50  # updates between train rows in metrics.jsonl
     progress: bool = True  # the `aiayn train` command draws a progress bar
@@ -189,6 +189,8 @@ class TrainConfig:
             object.__setattr__(self, "data", settings())
         _check(isinstance(self.data, settings),
                f"task {self.task!r} reads [data] as {settings.__name__}, got {type(self.data).__name__}")
+        if self.train.init_from and getattr(self.data, "tokenizer", None) == "":  # its vocabulary, as its weights
+            object.__setattr__(self, "data", dataclasses.replace(self.data, tokenizer=self.train.init_from))
         self._check_best_metric()
 
     def _check_best_metric(self) -> None:

@@ -11,6 +11,7 @@ prepares the data and says the loss; the model registry builds the model; the tr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -19,14 +20,15 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from aiayn.config import training_only_names
+from aiayn.config import PRESETS, ConfigError, training_only_names
 from aiayn.data.tokenizer import TOKENIZER_DIR
 from aiayn.io import exclusive_lock, read_tensors, restore_replaced
 from aiayn.models import build_model
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
 from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
-from aiayn.training.config import CONFIG_NAME, TrainConfig, load_config, save_config, string_override
+from aiayn.training.config import (CONFIG_NAME, VOCABULARY_KEYS, ModelSpec, TrainConfig, load_config, save_config,
+                                   string_override)
 from aiayn.training.distributed import DistInfo, init_from_env, shutdown
 from aiayn.training.metrics import METRICS_FILE
 from aiayn.training.schedule import lr_function
@@ -94,12 +96,17 @@ def train(cfg: TrainConfig, resume: bool = False, dist: Optional[DistInfo] = Non
             elif dist.is_main:
                 set_aside_stale_run(run_dir)
             seed_everything(run.seed)
+            starting = bool(run.init_from) and not resume
+            if starting:
+                check_init_from(run.init_from)  # before the data is prepared, which may take long
             task = build_task(cfg)
             task.prepare(run_dir, dist, fresh=not resume)
             model_type, model_cfg = task.model_spec()
+            if starting:
+                model_type, model_cfg = started_architecture(run.init_from, model_type, model_cfg, cfg.model)
             seed_everything(run.seed)  # the same initial weights whatever the data preparation drew
             model = build_model(model_type, model_cfg).to(device)
-            if run.init_from and not resume:
+            if starting:
                 vocabulary = task.tokenizers  # a text task's, set by prepare; None for patches
                 load_matching(model, run.init_from, vocabulary)
             log.info("model: %s, d_model %d, layers %s, %s parameters", model_type, model_cfg.width, model_cfg.depth,
@@ -135,6 +142,39 @@ def set_aside_stale_run(run_dir: Path) -> None:
     log.warning("%s: a run without checkpoints left %s; moved to %s", run_dir, ", ".join(p.name for p in found), aside)
 
 
+def check_init_from(model_dir: str | Path) -> None:
+    """train.init_from names a model directory: config.json and its weights."""
+    from aiayn.models.base import CONFIG_FILE, WEIGHTS_FILE
+
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (Path(model_dir) / name).is_file():
+            raise FileNotFoundError(f"{Path(model_dir) / name}: train.init_from needs a model directory")
+
+
+def started_architecture(model_dir: str | Path, model_type: str, built, spec: ModelSpec):
+    """(model_type, config) of a run started from `model_dir`: that directory's architecture, every field
+    that shapes its function (BERT's embedding LayerNorm, token types and epsilon come with an imported
+    BERT), with this run's vocabulary size and head (the config class's
+    `head_fields`: a classifier's n_classes and pooler, from the task and the recipe); its training-only
+    fields (dropout) are the directory's unless the recipe sets them. A body field that
+    the recipe sets (or its preset sets) to another value than the directory's is an error naming it."""
+    from aiayn.models import read_config
+
+    saved_type, saved = read_config(model_dir)
+    if saved_type != model_type:
+        raise ConfigError(f"train.init_from {model_dir}: a {saved_type} model, but this run's model.type is "
+                          f"{model_type!r}; set model.type = {saved_type!r}")
+    said = set(dict(spec.overrides)) | (set(PRESETS.get(spec.preset, {})) if spec.has_presets else set())
+    own = (training_only_names(built) & said) | set(getattr(built, "head_fields", ())) | set(VOCABULARY_KEYS)
+    clash = sorted(k for k in said - own - training_only_names(built) if getattr(built, k) != getattr(saved, k))
+    if clash:
+        raise ConfigError(f"train.init_from {model_dir}: model.{clash[0]} = {getattr(built, clash[0])!r}, but the model "
+                          f"there has {getattr(saved, clash[0])!r}; a run started from a model directory takes its "
+                          f"architecture: drop model.{clash[0]} from the recipe")
+    names = {f.name for f in dataclasses.fields(saved)}
+    return saved_type, dataclasses.replace(saved, **{k: getattr(built, k) for k in own if k in names})
+
+
 def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
     """Start `model` from the weights of `model_dir` that have its names and shapes (a classifier
     from an MLM-pretrained body); the rest keep their fresh initialisation.
@@ -148,8 +188,7 @@ def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
     from aiayn.models.base import WEIGHTS_FILE
 
     path = Path(model_dir) / WEIGHTS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: train.init_from needs a model directory")
+    check_init_from(model_dir)
     notes = _check_vocabulary(Path(model_dir), tokenizers) if tokenizers is not None else []
     saved, own = read_tensors(path), model.state_dict()
     used = {k: v for k, v in saved.items() if k in own and own[k].shape == v.shape}
@@ -161,6 +200,10 @@ def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
         log.warning("init_from %s: %s%d tensors not loaded, their shapes differ; they keep their fresh "
                     "initialisation: %s", model_dir, "".join(f"{n}; " for n in notes), len(reshaped),
                     ", ".join(f"{k} {tuple(saved[k].shape)} -> {tuple(own[k].shape)}" for k in reshaped))
+    unused = sorted(k for k in saved if k not in own)
+    if unused:
+        log.warning("init_from %s: %d tensors of it are not in this model and are not used: %s", model_dir,
+                    len(unused), ", ".join(unused))
     loaded = {own[k].data_ptr() for k in used}  # a tied tensor (shared embeddings) is saved under one name
     missing = sorted(k for k in own if k not in saved and own[k].data_ptr() not in loaded)
     log.info("init_from %s: %d tensors loaded; not in it, kept fresh: %s", model_dir, len(used),
