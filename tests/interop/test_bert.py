@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -160,3 +161,133 @@ def test_a_malformed_checkpoint_is_an_error_naming_its_file(bert_dirs, tmp_path,
         import_hf(_broken_copy(bert_dirs, tmp_path, edit), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
+
+
+# -- a bare body: BertModel, BertForPreTraining ------------------------------------------------------
+def _body(bert_dirs, tmp_path, architecture: str = "BertModel"):
+    """The tiny classifier's body saved as `architecture` (BertModel, or BertForPreTraining with random
+    heads), with its tokenizer."""
+    import shutil
+
+    from transformers import BertForPreTraining, BertForSequenceClassification
+
+    hf_dir = bert_dirs[0]
+    classifier = BertForSequenceClassification.from_pretrained(hf_dir)
+    out = tmp_path / architecture
+    if architecture == "BertModel":
+        classifier.bert.save_pretrained(out)
+    else:
+        whole = BertForPreTraining(classifier.config)
+        whole.bert.load_state_dict(classifier.bert.state_dict())
+        whole.save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(hf_dir / name, out / name)
+    return out
+
+
+def _states(hf_model, tok, ours_dir, texts):
+    """(transformers' last_hidden_state at the real positions, ours) of `texts`, each (tokens, D)."""
+    import aiayn
+
+    b = tok(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = hf_model(**b).last_hidden_state
+    mine = aiayn.load_pipeline(ours_dir).embed(texts, pooling="none")
+    return [t[m.bool()] for t, m in zip(theirs, b["attention_mask"])], [torch.from_numpy(x) for x in mine]
+
+
+@pytest.mark.parametrize("architecture", ["BertModel", "BertForPreTraining"])
+def test_a_bare_body_imports_as_an_encoder_whose_states_are_berts(bert_dirs, tmp_path, caplog, architecture):
+    from transformers import AutoTokenizer, BertModel
+
+    from aiayn.interop import import_hf
+
+    hf_dir = _body(bert_dirs, tmp_path, architecture)
+    with caplog.at_level("WARNING"):
+        ours = import_hf(hf_dir, tmp_path / "ours")
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert bool(dropped and "cls.predictions, cls.seq_relationship" in dropped[0]) == (architecture == "BertForPreTraining")
+    assert json.loads((ours / "task.json").read_text())["task"] == "embed"
+    theirs, mine = _states(BertModel.from_pretrained(hf_dir).eval(), AutoTokenizer.from_pretrained(hf_dir), ours, TEXTS)
+    for t, m in zip(theirs, mine):
+        assert_logits_close(m, t)
+
+
+def test_a_body_exports_back_as_bertmodel(bert_dirs, tmp_path):
+    from aiayn.interop import import_hf
+
+    hf_dir = _body(bert_dirs, tmp_path)
+    out = export_hf(import_hf(hf_dir, tmp_path / "ours"), tmp_path / "back")
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["BertModel"]
+    assert_same_tensors(hf_dir, out)
+
+
+# -- the real checkpoint: all-MiniLM-L6-v2 -----------------------------------------------------------
+def _sst2_sentences(n: int) -> list[str]:
+    return [line.split("\t")[0] for line in lines("sst2/train_full.tsv.gz", n, skip=30000)]
+
+
+def test_minilm_tokenizes_as_transformers_and_masks_with_its_mask_token(minilm):
+    from transformers import AutoTokenizer
+
+    from aiayn.tasks.mlm import mask_id_of
+
+    hf_dir, ours = minilm
+    tok, side = AutoTokenizer.from_pretrained(hf_dir), load_tokenizers(ours).src
+    texts = _sst2_sentences(1000) + ["Ünïcode Casing and ACCENTS", "[MASK] is a [MASK] token"]
+    assert [[tok.cls_token_id] + side.hf_ids(side.encode(t)) for t in texts] == tok(texts)["input_ids"]
+    assert side.hf_ids([mask_id_of(side)]) == [tok.mask_token_id]
+
+
+def test_minilm_states_and_sentence_vectors_equal_transformers(minilm):
+    """1,000 SST-2 phrases: every token's state, and sentence-transformers' mean-pooled, normalised vector."""
+    import aiayn
+    from transformers import AutoTokenizer, BertModel
+
+    hf_dir, ours = minilm
+    texts = _sst2_sentences(1000)
+    theirs, mine = _states(BertModel.from_pretrained(hf_dir).eval(), AutoTokenizer.from_pretrained(hf_dir), ours, texts)
+    assert max(float((t - m).abs().max()) for t, m in zip(theirs, mine)) < 1e-4
+    mean = torch.stack([t.mean(0) for t in theirs])
+    expected = torch.nn.functional.normalize(mean, dim=-1)
+    vectors = torch.from_numpy(np.stack(aiayn.load_pipeline(ours).embed(texts)))  # task.json: mean, normalised
+    torch.testing.assert_close(vectors, expected, atol=1e-5, rtol=0)
+
+
+def test_a_classifier_fine_tuned_from_a_body_exports_as_berts_and_answers_alike_in_every_door(bert_dirs, tmp_path, capsys):
+    """A BertModel imported, a classify run started from it (train.init_from: its architecture, vocabulary and
+    pooler, a fresh classifier), exported back: transformers' BertForSequenceClassification gives its logits,
+    and `aiayn classify`, the pipeline and /v1/classify its labels."""
+    from fastapi.testclient import TestClient
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    import aiayn
+    from aiayn.cli import main
+    from aiayn.interop import import_hf
+    from aiayn.serve.app import create_app
+
+    body = import_hf(_body(bert_dirs, tmp_path), tmp_path / "body")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    rows = lines("sst2/train_full.tsv.gz", 48, skip=1)
+    (corpus / "train.tsv").write_text("".join(r + "\n" for r in rows[:40]))
+    (corpus / "val.tsv").write_text("".join(r + "\n" for r in rows[40:]))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'task = "classify"\n[model]\ntype = "encoder-only"\npooler = true\n'
+                      f'[data]\ncorpus = "{corpus}"\nmax_input_tokens = 32\n'
+                      f'[train]\nrun_dir = "{tmp_path / "run"}"\ninit_from = "{body}"\nmax_updates = 2\n'
+                      f'schedule = "constant"\nprogress = false\n[optim]\nlr_factor = 0.01\nwarmup_steps = 1\n')
+    assert main(["train", str(recipe)]) == 0
+    tuned = tmp_path / "run" / "model"
+    out = export_hf(tuned, tmp_path / "back")
+    hf, tok = BertForSequenceClassification.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    _compare_classifier(hf, tok, tuned)
+
+    python = [label for label, _ in aiayn.load_pipeline(tuned)(TEXTS)]
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in TEXTS))
+    capsys.readouterr()
+    assert main(["classify", str(tuned), "-i", str(tmp_path / "in.txt")]) == 0
+    assert [line.split("\t")[0] for line in capsys.readouterr().out.splitlines()] == python
+    with TestClient(create_app(tuned)) as client:
+        served = client.post("/v1/classify", json={"text": TEXTS}).json()["labels"]
+    assert [x["label"] for x in served] == python

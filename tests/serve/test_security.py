@@ -25,6 +25,7 @@ REQUESTS = {  # task -> (path, fields) of every route that runs the model; strin
     "qa": [("/v1/answer", {"context": "a b c", "question": "d"})],
     "lm": [("/v1/generate", {"prompt": "a b", "method": "greedy"})],
     "classify": [("/v1/classify", {"text": "a b c"})],
+    "embed": [("/v1/embed", {"input": "a b c"})],
     "image-classify": [("/v1/classify", {"image": IMAGE})],  # JSON only: pixel rows are no form field
 }
 

@@ -185,3 +185,17 @@ def test_one_answer_names_the_flag_it_misses(tmp_path, capsys):
     directory = tiny_model(tmp_path / "m", "qa")
     assert main(["answer", str(directory), "--context", "a b"]) == 2
     assert "--question is missing" in capsys.readouterr().err
+
+
+def test_embed(tmp_path, capsys):
+    directory = tiny_model(tmp_path / "m", "embed")
+    texts = ["a b c", "d e f g h i j k l a b"]  # the second over max_input_tokens: cut in every door
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in texts))
+    python = load_pipeline(directory)(texts)
+    lines = cli(capsys, "embed", directory, "-i", tmp_path / "in.txt").splitlines()
+    np.testing.assert_allclose([json.loads(line) for line in lines], python, atol=1e-6)
+    served = http(directory, "/v1/embed", {"input": texts})
+    assert served["object"] == "list" and [d["index"] for d in served["data"]] == [0, 1]
+    np.testing.assert_allclose([d["embedding"] for d in served["data"]], python, atol=1e-6)
+    cls = http(directory, "/v1/embed", {"input": texts[0], "pooling": "cls", "normalize": True})["data"][0]["embedding"]
+    np.testing.assert_allclose(cls, load_pipeline(directory).embed(texts[:1], pooling="cls", normalize=True)[0], atol=1e-6)

@@ -17,7 +17,7 @@ from aiayn.tasks.base import write_task_info
 
 WORDS = symbols(12) + ["[SEP]"]
 GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))
-TASKS = ("translation", "summarization", "qa", "lm", "classify", "image-classify")
+TASKS = ("translation", "summarization", "qa", "lm", "classify", "embed", "image-classify")
 IMAGE_SIDE = 4  # image-classify: 4x4 pixels in 2x2 patches
 
 
@@ -34,6 +34,9 @@ def tiny_model(directory, task: str, block: int = 16, tokenizer=None, **info):
     elif task == "classify":
         model_type, config = "encoder-only", EncoderOnlyConfig(**small, n_classes=2)
         defaults.update(labels=["neg", "pos"], max_input_tokens=8)
+    elif task == "embed":
+        model_type, config = "encoder-only", EncoderOnlyConfig(**small)
+        defaults.update(labels=[], max_input_tokens=8, pooling="mean")
     elif task == "image-classify":
         n = (IMAGE_SIDE // 2) ** 2
         model_type = "encoder-only"

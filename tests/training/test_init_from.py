@@ -1,6 +1,7 @@
 """`train.init_from`: a fresh run starts from another model's weights only where the vocabularies
 agree piece for piece (`aiayn.training.pipeline.load_matching`)."""
 
+import dataclasses
 import logging
 
 import pytest
@@ -101,3 +102,66 @@ def test_train_refuses_init_from_with_another_vocabulary_of_the_same_size(tmp_pa
     assert "ids mean the same piece" in capsys.readouterr().err
     assert main(["train", str(recipe), "--run-dir", str(tmp_path / "c"), *init,
                  "--set", f'data.tokenizer="{tmp_path / "a" / "model"}"']) == 0
+
+
+# -- a run started from a directory takes its architecture -----------------------------------------
+def bert_like(directory, tokenizers: TokenizerPair):
+    """An encoder-only directory with BERT's options, none of them the recipe's defaults, and a pooler."""
+    from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
+
+    config = EncoderOnlyConfig(vocab_size=tokenizers.src.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                               activation="gelu", scale_embeddings=False, embedding_norm=True, type_vocab_size=2,
+                               layer_norm_eps=1e-12, pooler=True, attention_dropout=0.1)
+    model = EncoderOnly(config)
+    model.save_pretrained(directory)
+    save_tokenizers(tokenizers, directory)
+    return model
+
+
+def test_the_started_architecture_is_the_directorys_with_the_runs_head(tmp_path):
+    from aiayn.training.config import ModelSpec
+    from aiayn.training.pipeline import started_architecture
+
+    saved = bert_like(tmp_path, pair(SYMBOLS)).config
+    spec = ModelSpec.from_dict({"type": "encoder-only", "pooler": True, "dropout": 0.2})
+    built = spec.build(16, 16, n_classes=3)  # what the recipe alone would build: ReLU, no embedding norm...
+    model_type, started = started_architecture(tmp_path, "encoder-only", built, spec)
+    assert model_type == "encoder-only"
+    assert started == dataclasses.replace(saved, n_classes=3, dropout=0.2)  # attention_dropout stays the directory's
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"d_model": 32}, r"model.d_model = 32, but the model there has 16.*drop model.d_model"),
+    ({"type": "encoder-decoder"}, r"its model is encoder-only, but this run's model.type is 'encoder-decoder'"),
+])
+def test_a_recipe_that_contradicts_the_directory_is_refused(tmp_path, override, message):
+    from aiayn.config import ConfigError
+    from aiayn.training.config import ModelSpec
+    from aiayn.training.pipeline import started_architecture
+
+    bert_like(tmp_path, pair(SYMBOLS))
+    spec = ModelSpec.from_dict({"type": "encoder-only", "n_heads": 2, **override})
+    built = spec.build(16, 16)
+    with pytest.raises(ConfigError, match=message):
+        started_architecture(tmp_path, spec.type, built, spec)
+
+
+def test_tensors_of_the_directory_that_the_model_does_not_use_are_named(tmp_path, caplog):
+    from aiayn.models.encoder_only import EncoderOnly
+
+    source = bert_like(tmp_path, pair(SYMBOLS))
+    without_pooler = EncoderOnly(dataclasses.replace(source.config, pooler=False, n_classes=2))
+    with caplog.at_level(logging.WARNING, logger="aiayn.training.pipeline"):
+        load_matching(without_pooler, tmp_path, pair(SYMBOLS))
+    assert "2 tensors of it are not in this model and are not used: pool.bias, pool.weight" in caplog.text
+
+
+def test_the_vocabulary_is_the_directorys_unless_data_tokenizer_says_another(tmp_path):
+    from aiayn.training.config import TrainConfig
+
+    def data_tokenizer(**data) -> str:
+        return TrainConfig.from_dict({"task": "classify", "data": data,
+                                      "train": {"max_updates": 1, "init_from": str(tmp_path)}}).data.tokenizer
+
+    assert data_tokenizer() == str(tmp_path)
+    assert data_tokenizer(tokenizer="elsewhere") == "elsewhere"

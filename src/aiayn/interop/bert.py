@@ -172,4 +172,7 @@ def export_model(model, tokenizers, info: dict, where: str) -> Exported:
                                                  "model_max_length": cfg.max_positions,
                                                  **{k: tokenizer.backend.id_to_token(ids.inverse[a])
                                                     for k, (_, a) in SPECIALS.items()}})}
-    return Exported(config, dump_params(model.state_dict(), params(cfg, ids)), files)
+    tensors = dump_params(model.state_dict(), params(cfg, ids))
+    if architecture == BODY:  # BertModel saves its tensors without the "bert." of the models that hold one
+        tensors = {name.removeprefix("bert."): t for name, t in tensors.items()}
+    return Exported(config, tensors, files)

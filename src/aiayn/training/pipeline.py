@@ -162,7 +162,7 @@ def started_architecture(model_dir: str | Path, model_type: str, built, spec: Mo
 
     saved_type, saved = read_config(model_dir)
     if saved_type != model_type:
-        raise ConfigError(f"train.init_from {model_dir}: a {saved_type} model, but this run's model.type is "
+        raise ConfigError(f"train.init_from {model_dir}: its model is {saved_type}, but this run's model.type is "
                           f"{model_type!r}; set model.type = {saved_type!r}")
     said = set(dict(spec.overrides)) | (set(PRESETS.get(spec.preset, {})) if spec.has_presets else set())
     own = (training_only_names(built) & said) | set(getattr(built, "head_fields", ())) | set(VOCABULARY_KEYS)
