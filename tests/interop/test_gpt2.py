@@ -63,3 +63,17 @@ def test_generate_greedy_equals_transformers(gpt2_dirs):
         out = hf.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=tok.eos_token_id)
     theirs = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
     assert aiayn.load_pipeline(ours)([prompt], method="greedy", max_new_tokens=12) == [theirs]
+
+
+def test_a_bare_gpt2model_imports_with_its_embedding_as_the_head(gpt2_dirs, tmp_path):
+    """GPT2Model has no lm_head: transformers ties GPT2LMHeadModel's to the embedding, and so does the import."""
+    import shutil
+
+    from aiayn.interop import import_hf
+
+    hf_dir, _ = gpt2_dirs
+    hf, tok = _hf(hf_dir)
+    hf.transformer.save_pretrained(tmp_path / "body")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(hf_dir / name, tmp_path / "body" / name)
+    _compare(hf, tok, import_hf(tmp_path / "body", tmp_path / "ours"))

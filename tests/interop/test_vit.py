@@ -67,3 +67,22 @@ def test_the_exported_processor_turns_8_bit_pixels_into_what_the_model_read(vit_
         theirs = ViTForImageClassification.from_pretrained(out).eval()(pixel_values=values).logits
         mine = load_model(ours).classify(torch.from_numpy(patches((pixels / 255).astype(np.float32)[None], 2)))
     assert_logits_close(mine, theirs)
+
+
+def test_a_bare_vitmodel_imports_as_an_encoder_whose_states_are_vits(vit_dirs, tmp_path, caplog):
+    """ViTModel (its pooler dropped, with a warning): the start of an image classifier (train.init_from)."""
+    from transformers import ViTForImageClassification, ViTModel
+
+    from aiayn.interop import import_hf
+
+    body = ViTModel(ViTForImageClassification.from_pretrained(vit_dirs[0]).config)  # with a pooler
+    body.load_state_dict(ViTForImageClassification.from_pretrained(vit_dirs[0]).vit.state_dict(), strict=False)
+    body.eval().save_pretrained(tmp_path / "hf")
+    with caplog.at_level("WARNING"):
+        ours = import_hf(tmp_path / "hf", tmp_path / "ours")
+    assert "ViTModel's pooler is dropped" in caplog.text
+    images = _images()
+    with torch.no_grad():
+        theirs = body(pixel_values=torch.from_numpy(images)[:, None]).last_hidden_state
+        mine = load_model(ours)(torch.from_numpy(patches(images, 2)))
+    assert_logits_close(mine, theirs)

@@ -1,4 +1,5 @@
-"""ViT (`ViTForImageClassification`) <-> aiayn's encoder-only model with patch inputs (task
+"""ViT (`ViTForImageClassification`, or the bare `ViTModel`: an encoder without a head, the start of an
+image classifier through `train.init_from`) <-> aiayn's encoder-only model with patch inputs (task
 image-classify).
 
 ViT is the encoder, pre-norm with a final norm, over a learned [CLS] vector and linearly embedded
@@ -24,7 +25,7 @@ from aiayn.tasks.vision import ImageClassifyTask
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURE = "ViTForImageClassification"
+ARCHITECTURE, BODY = "ViTForImageClassification", "ViTModel"
 
 
 def params(cfg: EncoderOnlyConfig, channels: int, patch: int) -> list[Param]:
@@ -35,7 +36,9 @@ def params(cfg: EncoderOnlyConfig, channels: int, patch: int) -> list[Param]:
              Param("patch_proj.bias", (f"{e}.patch_embeddings.projection.bias",), lambda ts: ts[0], lambda t: [t]),
              Param("cls", (f"{e}.cls_token",), lambda ts: ts[0], lambda t: [t]),
              Param("positions.weight", (f"{e}.position_embeddings",), lambda ts: ts[0][0], lambda t: [t[None]]),
-             *linear("final_norm", "vit.layernorm"), *linear("classifier", "classifier")]
+             *linear("final_norm", "vit.layernorm")]
+    if cfg.n_classes:
+        table += linear("classifier", "classifier")
     for i in range(cfg.n_layers):
         a, h = f"layers.{i}", f"vit.encoder.layer.{i}"
         s = f"{h}.attention.attention"
@@ -56,7 +59,10 @@ def _size(ckpt: Checkpoint, field: str) -> int:
 
 def import_checkpoint(ckpt: Checkpoint) -> Imported:
     c = ckpt.field
-    ckpt.check_architecture(ARCHITECTURE)
+    architecture = ckpt.check_architecture(ARCHITECTURE, BODY)
+    if architecture == BODY and ckpt.has("vit.pooler.dense.weight"):
+        log.warning("%s: ViTModel's pooler is dropped: ViTForImageClassification reads the [CLS] state, and so does "
+                    "a classifier trained on this body", ckpt.directory)
     if not c("qkv_bias", True):
         raise ckpt.refuse("qkv_bias", False, "aiayn's attention projections have biases")
     image, patch, channels = _size(ckpt, "image_size"), _size(ckpt, "patch_size"), c("num_channels", 3)
@@ -64,7 +70,7 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         raise ckpt.refuse("patch_size", patch, f"it must divide image_size {image}")
     if channels != 1:
         log.warning("%s: %d channels; the image-classify door reads one-channel images", ckpt.directory, channels)
-    labels = ckpt.labels()
+    labels = ckpt.labels() if architecture == ARCHITECTURE else []
     config = EncoderOnlyConfig(
         vocab_size=1, d_model=ckpt.need("hidden_size"), n_heads=ckpt.need("num_attention_heads"),
         n_layers=ckpt.need("num_hidden_layers"), d_ff=ckpt.need("intermediate_size"), dropout=c("hidden_dropout_prob", 0.0),
@@ -73,7 +79,7 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         patch_dim=channels * patch * patch, layer_norm_eps=c("layer_norm_eps", 1e-12),
         activation=activation_in(ckpt, "hidden_act", "gelu"))
     info = {"task": ImageClassifyTask.name, "labels": labels, "patch_size": patch,
-            "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
+            "imported_from": {"format": "hf", "architecture": architecture}}
     return Imported(EncoderOnly.model_type, config, params(config, channels, patch), None, info)
 
 
