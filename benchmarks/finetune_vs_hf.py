@@ -85,7 +85,38 @@ def run_ours(args) -> dict:
     task.prepare(run_dir, DistInfo(), fresh=False)
     batches = task.batches(cfg.data.train_split, 0, None, True)
     return {"side": "aiayn", "updates": result.state.step, "seconds": seconds, "tune": best["accuracy"],
-            "best_update": best["step"], "dev": dev, "sentences_per_update": sum(map(len, batches)) / len(batches)}
+            "best_update": best["step"], "dev": dev, "sentences_per_update": sum(map(len, batches)) / len(batches),
+            **doors(run_dir / "model", splits(args.corpus, cfg.data.carve_fraction)["dev"][0], Path(args.work))}
+
+
+def doors(model_dir: Path, texts: list[str], work: Path) -> dict:
+    """The fine-tuned model through its doors on dev: the pipeline, POST /v1/classify, and its export loaded by
+    transformers as BertForSequenceClassification (the largest logit difference, and the labels that agree)."""
+    import torch
+    from fastapi.testclient import TestClient
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from aiayn.interop import export_hf
+    from aiayn.serve.app import create_app
+    from aiayn.tasks import load_pipeline
+
+    pipeline = load_pipeline(model_dir)
+    labels = [label for label, _ in pipeline(texts)]
+    with TestClient(create_app(model_dir)) as client:
+        served = [x["label"] for start in range(0, len(texts), 64)
+                  for x in client.post("/v1/classify", json={"text": texts[start:start + 64]}).json()["labels"]]
+    exported = export_hf(model_dir, work / "exported")
+    hf, tok = BertForSequenceClassification.from_pretrained(exported).eval(), AutoTokenizer.from_pretrained(exported)
+    diff, hf_labels = 0.0, []
+    with torch.inference_mode():
+        for start in range(0, len(texts), 64):
+            batch = texts[start:start + 64]
+            theirs = hf(**tok(batch, padding=True, truncation=True, max_length=65, return_tensors="pt")).logits
+            mine = pipeline.model.classify(pipeline.batch(pipeline.inputs(batch), "cpu"))
+            diff = max(diff, float((theirs - mine).abs().max()))
+            hf_labels += [hf.config.id2label[int(i)] for i in theirs.argmax(-1)]
+    return {"http_agrees": sum(a == b for a, b in zip(labels, served)), "export_agrees":
+            sum(a == b for a, b in zip(labels, hf_labels)), "export_max_logit_diff": diff, "dev_texts": len(texts)}
 
 
 def run_hf(args) -> dict:
@@ -180,6 +211,12 @@ def main() -> None:
                               ("updates_per_s", "upd/s", ".2f"), ("best_update", "best at", ","),
                               ("tune", "tune acc %", ".2f"), ("dev", "dev acc %", ".2f"),
                               ("peak_rss_mb", "peak RSS MB", ",.0f")]))
+    for row in rows:
+        if "export_agrees" in row:
+            print(f"{row['side']}'s model on the {row['dev_texts']} dev sentences: /v1/classify gives the pipeline's "
+                  f"label for {row['http_agrees']}; exported (aiayn export hf) and loaded as transformers' "
+                  f"BertForSequenceClassification, {row['export_agrees']}, its logits within "
+                  f"{row['export_max_logit_diff']:.1e}")
     if args.json:
         emit_json({"updates": args.updates, "precision": args.precision, "rows": rows})
 

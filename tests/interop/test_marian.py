@@ -286,3 +286,15 @@ def test_an_export_without_its_tokenizer_is_refused_naming_the_file(marian_dirs,
     (ours / "tokenizer.json").unlink()
     assert main(["export", "hf", str(ours), str(tmp_path / "out")]) == 2
     assert f"{ours / 'tokenizer.json'}: not found" in capsys.readouterr().err
+
+
+def test_weights_the_config_does_not_describe_are_refused(marian_dirs, tmp_path):
+    """A config of 1 layer over 2 layers' weights: the second would be dropped without a word."""
+    hf_dir, _ = marian_dirs
+    fewer = shutil.copytree(hf_dir, tmp_path / "hf")
+    config = json.loads((fewer / "config.json").read_text())
+    (fewer / "config.json").write_text(json.dumps({**config, "encoder_layers": config["encoder_layers"] - 1}))
+    with pytest.raises(ValueError, match=r"tensors of the checkpoint map onto nothing in aiayn's model "
+                                         r"\(model.encoder.layers.1.[^)]*\); does config.json describe these weights"):
+        import_hf(fewer, tmp_path / "ours")
+    assert not (tmp_path / "ours").exists()

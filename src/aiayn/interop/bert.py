@@ -112,7 +112,9 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
             "imported_from": {"format": "hf", "architecture": architecture}}
     if body:
         info.update(pooling_of(ckpt.directory))  # sentence-transformers' pooling, where its files say it
-    return Imported(EncoderOnly.model_type, config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info)
+    ignored = ("*position_ids", *(f"{head}.*" for head in dropped if body))  # a buffer; the heads said above
+    return Imported(EncoderOnly.model_type, config, params(config, tokenizer.ids), TokenizerPair.shared(tokenizer), info,
+                    ignored)
 
 
 def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:

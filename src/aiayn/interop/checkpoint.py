@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -157,8 +158,11 @@ def attention(aiayn: str, q: str, k: str, v: str, out: str) -> list[Param]:
         linear(f"{aiayn}.out_proj", out)
 
 
-def load_params(model: torch.nn.Module, params: Iterable[Param], ckpt: Checkpoint) -> None:
-    """Fill `model` from the checkpoint through `params`; every tensor of the model must be covered."""
+def load_params(model: torch.nn.Module, params: Iterable[Param], ckpt: Checkpoint, ignored: Sequence[str] = ()) -> None:
+    """Fill `model` from the checkpoint through `params`: every tensor of the model must be covered, and every
+    tensor of the checkpoint used, but those matching an `ignored` pattern (fnmatch: buffers transformers
+    saves, heads an import drops and says so)."""
+    params = list(params)
     state = model.state_dict()
     covered = set()
     for p in params:
@@ -173,6 +177,12 @@ def load_params(model: torch.nn.Module, params: Iterable[Param], ckpt: Checkpoin
     missing = sorted(set(state) - covered)
     if missing:
         raise Unsupported(f"{ckpt.directory}: nothing in the checkpoint for aiayn's {', '.join(missing[:3])}")
+    used = {ckpt._find(n) for p in params for n in p.hf}
+    unused = sorted(n for n in set(ckpt.names) - used if not any(fnmatch(n, pattern) for pattern in ignored))
+    if unused:
+        raise Unsupported(f"{ckpt.directory}: {len(unused)} tensors of the checkpoint map onto nothing in aiayn's model "
+                          f"({', '.join(unused[:4])}{', ...' if len(unused) > 4 else ''}); does {CONFIG_FILE} describe "
+                          "these weights (its layer counts, say)?")
     model.load_state_dict(state)
 
 
@@ -195,6 +205,7 @@ class Imported:
     params: list[Param]
     tokenizers: Any
     task_info: dict
+    ignored: tuple[str, ...] = ()  # checkpoint tensors left unused on purpose (fnmatch patterns; `load_params`)
 
 
 @dataclass

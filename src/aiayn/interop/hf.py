@@ -60,7 +60,7 @@ def import_hf(src: str | Path, out: str | Path) -> Path:
     except ConfigError as e:  # a value of config.json that aiayn's model config refuses
         raise Unsupported(f"{ckpt.directory / CONFIG_FILE}: {e}") from None
     model = build_model(imported.model_type, imported.config)
-    load_params(model, imported.params, ckpt)
+    load_params(model, imported.params, ckpt, imported.ignored)
     if imported.model_type == Transformer.model_type:
         check_vocab(imported.config, imported.tokenizers, str(src))
 

@@ -112,7 +112,10 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         tie_output=c("tie_word_embeddings", True),
         layer_norm_eps=LAYER_NORM_EPS, activation=activation_in(ckpt, "activation_function", "gelu"),
         logits_bias=True, sinusoid_layout="halves", scale_embeddings=bool(c("scale_embedding", False)))
-    return Imported(Transformer.model_type, config, params(config, src, tgt), tokenizers, _task_info(ckpt, config))
+    # apart, transformers computes with each side's embed_tokens, and model.shared is a matrix it does not use
+    ignored = () if config.share_embeddings else ("model.shared.weight",)
+    return Imported(Transformer.model_type, config, params(config, src, tgt), tokenizers, _task_info(ckpt, config),
+                    ignored)
 
 
 SIDE_EMBEDDINGS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")

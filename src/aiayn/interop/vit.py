@@ -80,7 +80,8 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         activation=activation_in(ckpt, "hidden_act", "gelu"))
     info = {"task": ImageClassifyTask.name, "labels": labels, "patch_size": patch,
             "imported_from": {"format": "hf", "architecture": architecture}}
-    return Imported(EncoderOnly.model_type, config, params(config, channels, patch), None, info)
+    ignored = ("pooler.*", "vit.pooler.*") if architecture == BODY else ()  # the pooler said above
+    return Imported(EncoderOnly.model_type, config, params(config, channels, patch), None, info, ignored)
 
 
 def exports(model) -> bool:
