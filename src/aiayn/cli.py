@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     logging.basicConfig(level=log_level(args.verbose, os.environ.get("RANK", "0")),
                         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
@@ -58,6 +58,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"aiayn {args.command}: error: {error_message(e)}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser.parse_args`, an unknown option named before a model directory given twice (`commands.door`):
+    in `--model M --bogus x`, x reads as a second MODEL."""
+    from aiayn.commands.door import TWICE
+
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if getattr(args, TWICE, False):
+        parser.error("the model directory is given twice (MODEL and --model): give it once")
+    return args
 
 
 def log_level(verbose: bool, rank: str) -> int:

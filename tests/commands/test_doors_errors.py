@@ -18,7 +18,7 @@ GREEDY_2 = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_l
 def dirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     return {task: tiny_model(root / task, task, decode=GREEDY_2)
-            for task in ("translation", "summarization", "qa", "lm", "classify")}
+            for task in ("translation", "summarization", "qa", "lm", "classify", "embed")}
 
 
 def error_line(capsys, argv: list) -> str:
@@ -61,7 +61,7 @@ def test_a_path_that_is_no_model_directory_is_called_that(capsys, tmp_path, comm
 
 # -- every door takes the model directory as MODEL or as --model MODEL -----------------------
 DOORS = {"translate": "translation", "summarize": "summarization", "answer": "qa", "generate": "lm",
-         "classify": "classify"}
+         "classify": "classify", "embed": "embed"}
 
 
 def door_input(command: str, tmp_path) -> list:
@@ -91,6 +91,15 @@ def test_a_door_refuses_no_model_or_two(dirs, capsys, tmp_path, command):
     with pytest.raises(SystemExit) as stop:
         main([str(a) for a in (command, dirs[DOORS[command]], "--model", dirs[DOORS[command]], *extra)])
     assert stop.value.code == 2 and "given twice (MODEL and --model)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--bogus", "x"], ["--quantize", "int8"]])
+def test_an_unknown_option_is_named_not_read_as_a_second_model(dirs, capsys, argv):
+    """`--bogus x`: x reads as a MODEL too; the error named the model twice, not the option."""
+    with pytest.raises(SystemExit) as stop:
+        main(["generate", "--model", str(dirs["lm"]), *argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"unrecognized arguments: {argv[0]}" in err and "twice" not in err
 
 
 def test_serve_takes_its_models_as_MODEL_or_as_repeated_model_flags_and_refuses_none(capsys):

@@ -17,12 +17,17 @@ from typing import Callable, Iterator, Optional, Sequence
 STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
 
 
+TWICE = "_model_given_twice"  # set on the namespace; `aiayn.cli.main` refuses it after any unknown option
+
+
 class _ModelDir(argparse.Action):
-    """Stores the model directory, refusing a second one (MODEL and --model both given)."""
+    """Stores the model directory and notes a second one (MODEL and --model both given). The note, not an
+    error here: the value of an unknown option (`--bogus x`) reads as a MODEL too, and the unknown option
+    is the error to name."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         if getattr(namespace, self.dest, None) is not None:
-            parser.error("the model directory is given twice (MODEL and --model): give it once")
+            setattr(namespace, TWICE, True)
         setattr(namespace, self.dest, values)
 
 
