@@ -324,3 +324,16 @@ def test_a_min_len_that_no_repeat_1_makes_impossible_is_refused(model_dir):
             tr.translate(["a b"], method=method, min_len=words + 1, no_repeat_ngram_size=1)
     out = tr.translate(["a b"], method="greedy", min_len=words, no_repeat_ngram_size=1, max_len_b=words + 2)[0].split()
     assert len(out) == len(set(out)) >= words - 1  # as many as the vocabulary holds, none twice (UNK decodes blank)
+
+
+@pytest.mark.parametrize("precision, quantize, chosen", [("fp32", None, "fp32"), ("bf16", None, "bf16"),
+                                                          ("fp32", "int8", "int8"), ("auto", "int8", "int8"),
+                                                          (None, "int8", "int8"), ("bf16", "int8", None)])
+def test_a_precision_beside_int8_is_refused_not_dropped(precision, quantize, chosen):
+    from aiayn.decoding.translator import arithmetic
+
+    if chosen is None:
+        with pytest.raises(ValueError, match="precision 'bf16' and quantize 'int8' do not go together"):
+            arithmetic(precision, quantize)
+    else:
+        assert arithmetic(precision, quantize) == chosen

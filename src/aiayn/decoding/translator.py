@@ -133,6 +133,17 @@ class TextTranslator:
         return decode, dataclasses.replace(self.sampling, **sampling)
 
 
+def arithmetic(precision: str | None, quantize: str | None) -> str:
+    """The decoder's arithmetic: "int8" with `quantize`, else `precision`. A precision beside int8 other than
+    the default would be dropped without a word: it is refused (int8 weights compute in int8 whatever it says)."""
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be 'int8' or None, got {quantize!r}")
+    if quantize and precision not in (None, "fp32", "auto"):
+        raise ValueError(f"precision {precision!r} and quantize 'int8' do not go together: int8 weights compute in "
+                         "int8; give one of them")
+    return quantize or precision or "fp32"
+
+
 class Translator(TextTranslator):
     """Translate with a trained encoder-decoder and its tokenizers.
 
@@ -153,9 +164,7 @@ class Translator(TextTranslator):
         super().__init__(tokenizers, decode, sampling, limit, batch_tokens, keep)
         self.model = model.eval()
         check_vocab(model.config, tokenizers)
-        if quantize not in (None, "int8"):
-            raise ValueError(f"quantize must be 'int8' or None, got {quantize!r}")
-        self.precision = "int8" if quantize else precision
+        self.precision = arithmetic(precision, quantize)
         self.refresh()
 
     def refresh(self) -> None:

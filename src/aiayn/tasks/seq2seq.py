@@ -41,6 +41,7 @@ from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.decoding.common import encode_source, input_tokens
+from aiayn.decoding.translator import Translator, arithmetic
 from aiayn.io import atomic_write
 from aiayn.runtime import stable_hash
 from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
@@ -268,8 +269,6 @@ class Seq2SeqTask:
 
     # -- validation, test, inference --------------------------------------------------------
     def translator(self, model):
-        from aiayn.decoding.translator import Translator
-
         return Translator(model, self.tokenizers, self.cfg.decode, **self.inference_options())
 
     def inference_options(self) -> dict:
@@ -436,7 +435,6 @@ def load_backend(backend: str, model_dir: str | Path, device, info: dict, option
         return CT2Translator.from_pretrained(model_dir, device=device, **ct2_compute_type(options))
     if (Path(model_dir) / MANIFEST).is_file():
         raise ValueError(f"{model_dir}: a CTranslate2 export ({MANIFEST}); serve it with --backend ctranslate2")
-    from aiayn.decoding.translator import Translator
 
     return Translator.from_pretrained(model_dir, device=device, **options)
 
@@ -444,9 +442,8 @@ def load_backend(backend: str, model_dir: str | Path, device, info: dict, option
 def ct2_compute_type(options: dict) -> dict:
     """`precision`/`quantize` as CTranslate2's compute_type: int8, bfloat16, or the export's own."""
     precision, quantize = options.pop("precision", None), options.pop("quantize", None)
-    if quantize:
-        return {**options, "compute_type": quantize}
-    return {**options, "compute_type": {"bf16": "bfloat16", "fp32": "float32"}.get(precision, "default")}
+    chosen = arithmetic(precision, quantize) if precision or quantize else None  # neither: the export's own
+    return {**options, "compute_type": {"int8": "int8", "bf16": "bfloat16", "fp32": "float32"}.get(chosen, "default")}
 
 
 def cross_attention(translator, source: str, output: str, decode) -> dict:
