@@ -58,3 +58,27 @@ def test_the_character_window_slides_and_one_request_over_the_whole_allowance_is
     clock.now = 1061.0
     assert refusal(ring, "k", "x" * 11).status == 413  # over the allowance: a 413, not a 429 to wait out
     assert ring.refused == {"429": 1}
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"k": {"rpm": 5}}', r"key 1: unknown limit 'rpm'; known: chars_per_minute, requests_per_minute"),
+    ('{"k": {"request_per_minute": 5}}', r"unknown limit 'request_per_minute' \(did you mean requests_per_minute\?\)"),
+])
+def test_a_key_file_with_an_unknown_limit_names_it_and_the_known_ones(tmp_path, text, message):
+    path = tmp_path / "keys.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        keys.read_api_keys(path)
+
+
+def test_a_key_file_with_a_byte_order_mark_reads(tmp_path):
+    path = tmp_path / "keys.json"
+    path.write_bytes(b"\xef\xbb\xbf" + '{"k\u00e9": {"requests_per_minute": 5}}'.encode())
+    assert keys.read_api_keys(path) == {"k\u00e9": KeyLimits(requests_per_minute=5)}
+
+
+def test_a_utf8_key_as_a_bearer_token_is_the_key_it_is_in_a_body():
+    """HTTP headers arrive as bytes that the server reads as Latin-1; a body's JSON carries the key as text."""
+    header = "Bearer clé".encode("utf-8").decode("latin-1")  # what Starlette hands over for the UTF-8 bytes
+    request = types.SimpleNamespace(headers={"authorization": header})
+    assert keys.given_key(request, {}) == "clé"

@@ -15,6 +15,7 @@ characters counted are those of every string field of the request (its texts), t
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hmac
 import json
 import math
@@ -23,19 +24,21 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from aiayn.config import did_you_mean
 from aiayn.serve.limits import KeyLimits
 from aiayn.serve.requests import HTTPProblem
 
 WINDOW_S = 60.0  # the limits are per minute
 
 
+KNOWN_LIMITS = frozenset(f.name for f in dataclasses.fields(KeyLimits))
 UNLIMITED = KeyLimits(requests_per_minute=10 ** 12, chars_per_minute=10 ** 15)  # `--api-key`: no limit
 
 
 def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
     """The keys of a JSON file (see the module) -> their limits. Errors name the file and the key's position."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=_once_each)
+        data = json.loads(Path(path).read_text(encoding="utf-8-sig"), object_pairs_hook=_once_each)  # a BOM dropped
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot read the api keys ({e})") from None
     if not isinstance(data, dict) or not data:
@@ -44,9 +47,13 @@ def read_api_keys(path: str | Path) -> dict[str, KeyLimits]:
     for i, (key, limits) in enumerate(data.items()):
         if not key.strip() or not isinstance(limits, dict):
             raise ValueError(f"{path}: key {i + 1}: want a non-empty key and an object of limits")
+        unknown = sorted(set(limits) - KNOWN_LIMITS)
+        if unknown:
+            raise ValueError(f"{path}: key {i + 1}: unknown limit {', '.join(map(repr, unknown))}"
+                             f"{did_you_mean(unknown, KNOWN_LIMITS)}; known: {', '.join(sorted(KNOWN_LIMITS))}")
         try:
             keys[key] = KeyLimits(**limits)
-        except (TypeError, ValueError) as e:
+        except ValueError as e:
             raise ValueError(f"{path}: key {i + 1}: {e}") from None
     return keys
 
@@ -134,5 +141,14 @@ class KeyRing:
 def given_key(request, fields: Mapping[str, Any]) -> Any:
     """The key a request sent: its `api_key` field, else an `Authorization: Bearer` header."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    bearer = token if scheme.lower() == "bearer" else None
+    bearer = _utf8(token) if scheme.lower() == "bearer" else None
     return fields.get("api_key") or bearer  # LibreTranslate's clients send api_key "" when they have none
+
+
+def _utf8(header_value: str) -> str:
+    """A header's text as its client wrote it: HTTP headers arrive as bytes, which the server reads as Latin-1, so
+    a UTF-8 key (as a body's JSON carries it) is read back from those bytes; others are left as read."""
+    try:
+        return header_value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return header_value
