@@ -199,3 +199,22 @@ def test_embed(tmp_path, capsys):
     np.testing.assert_allclose([d["embedding"] for d in served["data"]], python, atol=1e-6)
     cls = http(directory, "/v1/embed", {"input": texts[0], "pooling": "cls", "normalize": True})["data"][0]["embedding"]
     np.testing.assert_allclose(cls, load_pipeline(directory).embed(texts[:1], pooling="cls", normalize=True)[0], atol=1e-6)
+
+
+def test_a_multilingual_target_through_every_door(tmp_path, capsys):
+    directory = tiny_model(tmp_path / "m", "translation", target_tag="<2{}>",
+                           directions=[["en", "de"], ["en", "fr"], ["en", "cs"]])
+    lines = ["a b c d", "e f"]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in lines))
+    (tmp_path / "ref.txt").write_text("a b\nc d\n")
+    for target in ("fr", "cs"):
+        python = load_pipeline(directory)(lines, target=target)
+        assert python == load_pipeline(directory)([f"<2{target}> {line}" for line in lines])
+        assert cli(capsys, "translate", directory, "--target", target, "-i", tmp_path / "in.txt").splitlines() == python
+        assert http(directory, "/translate", {"q": lines, "source": "en", "target": target})["translatedText"] == python
+        evaluated = cli(capsys, "evaluate", "--model", directory, "--target", target, "--src", tmp_path / "in.txt",
+                        "--ref", tmp_path / "ref.txt", "--save-hyp", tmp_path / "hyp.txt")
+        assert evaluated and (tmp_path / "hyp.txt").read_text().splitlines() == python
+    with TestClient(create_app(directory)) as client:
+        typed = client.post("/translate", json={"q": "<2fr> a b", "source": "en", "target": "de"})
+    assert typed.status_code == 422 and "starts with the tag '<2fr>'" in typed.json()["error"]

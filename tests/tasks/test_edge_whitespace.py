@@ -54,4 +54,4 @@ def test_translation_scores_a_padded_source_as_the_stripped_one(tmp_path, tokeni
 
 def test_a_target_tag_stands_one_space_before_the_text(tmp_path, tokenizer):
     directory = tiny_model(tmp_path / "m", "translation", tokenizer=tokenizer, target_tag="<2{}>")
-    assert load_pipeline(directory).tagged(PADDED, "en") == [f"<2en> {t}" for t in stripped(PADDED)]
+    assert load_pipeline(directory).targeted(PADDED, "en") == [f"<2en> {t}" for t in stripped(PADDED)]

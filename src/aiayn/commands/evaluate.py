@@ -19,7 +19,7 @@ HELP = "score outputs against references: BLEU/chrF, ROUGE, SQuAD EM/F1 or accur
 
 
 def add_arguments(p) -> None:
-    from aiayn.commands.translate import add_decode_arguments
+    from aiayn.commands.translate import add_decode_arguments, add_target_argument
 
     p.add_argument("--ref", required=True, action="append",
                    help="reference file, one line per output; repeat it for more references per line")
@@ -35,6 +35,7 @@ def add_arguments(p) -> None:
     p.add_argument("--tokenize", help="sacreBLEU tokenizer for BLEU (default: sacreBLEU's, 13a; "
                                        "e.g. intl, char, zh, ja-mecab)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    add_target_argument(p)
     add_decode_arguments(p)
 
 
@@ -122,7 +123,7 @@ def check_no_decoding(args) -> None:
 
     decoding = {**translate_kwargs(args), "src": args.src, "save_hyp": args.save_hyp,
                 "batch_tokens": args.batch_tokens, "max_input_tokens": args.max_input_tokens,
-                "precision": args.precision, "quantize": args.quantize, "device": args.device}
+                "precision": args.precision, "quantize": args.quantize, "device": args.device, "target": args.target}
     given = ["--" + name.replace("_", "-") for name, value in decoding.items() if value is not None]
     if given:
         raise ValueError(f"{' '.join(given)}: for --model; --hyp scores the file as it is")
@@ -151,7 +152,7 @@ def _decode(args, pipeline, sources: list[str]) -> list[str]:
     from aiayn.commands.translate import translate_kwargs
     from aiayn.tasks import one_line
 
-    options = {k: v for k, v in translate_kwargs(args).items() if v is not None}  # only the flags given
+    options = {k: v for k, v in {**translate_kwargs(args), "target": args.target}.items() if v is not None}  # the flags given
     outputs = answer(pipeline, parse(pipeline, sources, args.src), options)
     hyps = [one_line(pipeline.text(o)) for o in outputs]
     if args.save_hyp:

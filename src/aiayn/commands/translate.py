@@ -72,7 +72,14 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", help="output file (default: stdout)")
     p.add_argument("--nbest", type=int,
                    help="write the n best as 'index ||| text ||| score' lines (default: 1-best text only)")
+    add_target_argument(p)
     add_decode_arguments(p)
+
+
+def add_target_argument(p) -> None:
+    """--target of the commands that translate (shared with `aiayn evaluate`)."""
+    p.add_argument("--target", help="the output language of a multilingual model (one of its directions; "
+                                    "required there unless each line starts with its tag)")
 
 
 def format_nbest(index: int, hyps) -> str:
@@ -86,6 +93,6 @@ def run(args) -> int:
     if args.output is not None:
         door.check_writable(args.output, [args.input])
     pipeline = door.load(args, own_command=True, **pipeline_options(args))
-    options = dict(translate_kwargs(args), nbest=args.nbest)
+    options = dict(translate_kwargs(args), nbest=args.nbest, **({"target": args.target} if args.target else {}))
     nbest = (lambda i, given, hyps: format_nbest(i, hyps)) if args.nbest is not None else None
     return door.run_lines(args, pipeline, options, nbest, index_option="first_index")

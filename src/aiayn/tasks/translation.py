@@ -13,6 +13,8 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -73,6 +75,10 @@ class TranslationPipeline(TextPipeline):
     def translate(self, texts, **options) -> list:
         return self(texts, **options)
 
+    def __call__(self, inputs, progress=None, target: str | None = None, **options) -> list:
+        """Outputs for `inputs`; `target` names the language of a multilingual model's outputs (`targeted`)."""
+        return self.run(self.targeted(self.prepare(inputs), target), progress=progress, **options)
+
     def directions(self) -> tuple[tuple[str, str], ...]:
         """task.json's "directions" (a multilingual model: one source, a tag per target), else its
         "languages" pair; () for a directory that names no languages (it takes any pair)."""
@@ -92,12 +98,37 @@ class TranslationPipeline(TextPipeline):
         return next((pair for pair in self.directions()
                      if all(g in (None, "", "auto", want) for g, want in zip(given, pair))), None)
 
-    def tagged(self, texts: list[str], target: str) -> list[str]:
-        """What the model reads to translate `texts` into `target`: a multilingual model's sources
-        start with the target's tag (task.json's "target_tag", e.g. "<2{}>": Johnson et al., 2017), one
-        space before the text, as in training (the text's own edge white space goes: `input_tokens`)."""
-        tag = self.info.get("target_tag")
-        return [f"{tag.format(target)} {t.strip()}" for t in texts] if tag and target else texts
+    def targets(self) -> list[str]:
+        """The languages this model translates into (task.json's directions), in order."""
+        return list(dict.fromkeys(t for _, t in self.directions()))
+
+    def targeted(self, texts: list[str], target: str | None) -> list[str]:
+        """What the model reads to translate `texts` into `target`. A multilingual model's sources start with
+        the target's tag (task.json's "target_tag", e.g. "<2{}>": Johnson et al., 2017), one space before the
+        text, as in training (the text's own edge white space goes: `input_tokens`). A target it does not
+        serve is refused naming the served ones; so is a text whose own tag would override `target`, and,
+        without `target`, an untagged text (it would come out in whichever language the model leans to).
+        A model of one pair takes its own target or none."""
+        served, tag = self.targets(), self.info.get("target_tag")
+        if target and served and target not in served:
+            raise ValueError(f"target {target!r}: this model translates into {', '.join(served)}")
+        if not tag:
+            return texts
+        typed = re.compile(re.escape(tag).replace(re.escape("{}"), r"(\S+?)") + r"(?:\s|$)")
+        out = []
+        for i, text in enumerate(texts):
+            found = typed.match(text.strip())
+            if found and target:
+                raise ValueError(f"text {i + 1} starts with the tag {found.group(0).strip()!r}, and the target is "
+                                 f"{target!r}: name the target once (drop the tag from the text)")
+            if found and found.group(1) not in served:
+                raise ValueError(f"text {i + 1}: unknown target tag {found.group(0).strip()!r}; this model "
+                                 f"translates into {', '.join(served)}")
+            if not found and not target and text.strip():
+                raise ValueError(f"this model translates into {', '.join(served)}: name the target (--target, "
+                                 f"target=, or a tag such as {tag.format(served[0])!r} before the text)")
+            out.append(text if found or not text.strip() else f"{tag.format(target)} {text.strip()}")
+        return out
 
     def sources(self, fields: dict, texts: list[str], server) -> list[str]:
         """`texts` of a request for the pair its `source` and `target` ask for, tagged; a pair
@@ -107,7 +138,10 @@ class TranslationPipeline(TextPipeline):
             served = ", ".join(f"{s} -> {t}" for s, t in server.directions) or "no named pair"
             raise RequestError(f"this server translates {served}; {fields.get('source') or 'auto'} -> "
                                f"{fields.get('target') or 'auto'} is not served", 400)
-        return self.tagged(texts, pair[1])
+        try:
+            return self.targeted(texts, pair[1])
+        except ValueError as e:
+            raise RequestError(str(e)) from None
 
     async def libretranslate(self, fields: dict, server) -> dict:
         """`q` (a string or a list), `source`, `target`, `format`, `alternatives` -> {"translatedText": ...},
