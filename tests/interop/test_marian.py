@@ -298,3 +298,17 @@ def test_weights_the_config_does_not_describe_are_refused(marian_dirs, tmp_path)
                                          r"\(model.encoder.layers.1.[^)]*\); does config.json describe these weights"):
         import_hf(fewer, tmp_path / "ours")
     assert not (tmp_path / "ours").exists()
+
+
+def test_a_multilingual_model_keeps_its_directions_and_tag_through_export_and_import(marian_dirs, tmp_path):
+    from aiayn.tasks import load_pipeline
+
+    _, ours = marian_dirs
+    multi = shutil.copytree(ours, tmp_path / "multi")
+    info = json.loads((multi / "task.json").read_text())
+    kept = {"target_tag": "<2{}>", "directions": [["de", "en"], ["de", "fr"]]}
+    (multi / "task.json").write_text(json.dumps({**{k: v for k, v in info.items() if k != "imported_from"}, **kept}))
+    back = import_hf(export_hf(multi, tmp_path / "hf"), tmp_path / "again")
+    again = json.loads((back / "task.json").read_text())
+    assert {k: again[k] for k in kept} == kept
+    assert load_pipeline(back).directions() == (("de", "en"), ("de", "fr"))

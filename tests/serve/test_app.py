@@ -289,3 +289,17 @@ def test_cors_lets_the_named_origins_call_from_a_browser(model_dir):
         assert (answered.headers.get("access-control-allow-origin") == origin) == allowed
     with pytest.raises(ValueError, match="CORS origin"):
         ServeLimits(cors_origins=("",))
+
+
+def test_a_decoder_option_applies_to_the_directories_that_take_it_and_names_the_others(task_dirs, caplog):
+    """--quantize int8 on a server of a translation model and a language model refused to start: an LM has
+    no quantize option. It now quantizes the translator alone, and says so."""
+    dirs = [task_dirs["translation"], task_dirs["lm"]]
+    with caplog.at_level("WARNING", logger="aiayn.serve.app"):
+        app = create_app(dirs, batching=BatchConfig(worker="thread"), options={"quantize": "int8"})
+    assert f"--quantize applies to {dirs[0]}; not to {dirs[1]}" in caplog.text
+    with TestClient(app) as client:
+        assert client.post("/v1/generate", json={"prompt": "a b", "method": "greedy"}).status_code == 200
+        assert client.post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200
+    translator = next(s for s in app.state.services if s.task == "translation").pipeline.translator
+    assert translator.precision == "int8"

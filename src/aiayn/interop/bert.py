@@ -151,7 +151,7 @@ def export_model(model, tokenizers, info: dict, where: str) -> Exported:
         "norm_first": (cfg.norm_first, False), "positional": (cfg.positional, "learned"),
         "scale_embeddings": (cfg.scale_embeddings, False), "embedding_norm": (cfg.embedding_norm, True),
         "attention_score": (cfg.attention_score, "scaled_dot"), "pooling": (cfg.pooling, "cls"),
-        "pooler": (cfg.pooler, classify or (architecture == BODY and cfg.pooler)),
+        "pooler": (cfg.pooler, {CLASSIFIER: True, MLM: False, BODY: cfg.pooler}[architecture]),  # a body: either
         "logits_bias and n_classes": (cfg.logits_bias and classify, False),
         "type_vocab_size > 0": (cfg.type_vocab_size > 0, True)})
     if cfg.activation == "relu" and architecture == MLM:  # as import refuses it

@@ -176,14 +176,33 @@ def _task_info(ckpt: Checkpoint, config: TransformerConfig) -> dict:
     except ConfigError as e:
         raise Unsupported(f"{d / 'generation_config.json'} (or config.json): {e}") from None
     info = {"task": TranslationTask.name, "decode": dataclasses.asdict(decode), "keep": "start",
-            "max_input_tokens": config.max_positions, "imported_from": {"format": "hf", "architecture": ARCHITECTURE}}
+            "max_input_tokens": config.max_positions, "imported_from": {"format": "hf", "architecture": ARCHITECTURE},
+            **_multilingual(ckpt)}
     return {**info, "languages": pair} if pair else info
+
+
+def _multilingual(ckpt: Checkpoint) -> dict:
+    """A multilingual model's target tag and directions, as an aiayn export writes them into config.json
+    (`MULTILINGUAL_PREFIX`; transformers keeps such fields through its own saves)."""
+    tag, directions = (ckpt.field(f"{MULTILINGUAL_PREFIX}{k}") for k in MULTILINGUAL)
+    if tag is None and directions is None:
+        return {}
+    pairs_ok = isinstance(directions, list) and directions and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x for x in p) for p in directions)
+    if not (isinstance(tag, str) and "{}" in tag and " " not in tag and pairs_ok):
+        raise ckpt.refuse(f"{MULTILINGUAL_PREFIX}target_tag and {MULTILINGUAL_PREFIX}directions", [tag, directions],
+                          "a tag holding {} and no space, and a list of [source, target] pairs")
+    return {"target_tag": tag, "directions": directions}
 
 
 # -- export ----------------------------------------------------------------------------------------
 def exports(model) -> bool:
     """Whether `export_model` maps `model`: the encoder-decoder."""
     return model.model_type == Transformer.model_type
+
+
+# task.json's fields of a multilingual model (`tasks.multilingual`), kept in config.json under this prefix
+MULTILINGUAL, MULTILINGUAL_PREFIX = ("target_tag", "directions"), "aiayn_"
 
 
 def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Exported:
@@ -215,7 +234,8 @@ def export_model(model, tokenizers: TokenizerPair, info: dict, where: str) -> Ex
         "scale_embedding": cfg.scale_embeddings, "share_encoder_decoder_embeddings": cfg.share_embeddings,
         "tie_word_embeddings": cfg.tie_output, "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
         "activation_dropout": cfg.activation_dropout, "pad_token_id": pad, "decoder_start_token_id": pad,
-        "eos_token_id": eos, "forced_eos_token_id": eos, "is_encoder_decoder": True}
+        "eos_token_id": eos, "forced_eos_token_id": eos, "is_encoder_decoder": True,
+        **{f"{MULTILINGUAL_PREFIX}{k}": info[k] for k in MULTILINGUAL if k in info}}
     files["generation_config.json"] = json_file({
         "decoder_start_token_id": pad, "pad_token_id": pad, "eos_token_id": eos, "forced_eos_token_id": eos,
         "bad_words_ids": [[pad]], "max_length": cfg.max_positions, **_generation(decode_settings(info, where), where)})

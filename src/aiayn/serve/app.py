@@ -47,7 +47,7 @@ from aiayn.serve.limits import KeyLimits, ServeLimits
 from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, request_fields, shorten
 from aiayn.serve.server import is_loopback, uvicorn_config
 from aiayn.serve.worker import PipelineRunner, WorkerProcess
-from aiayn.tasks import RequestError
+from aiayn.tasks import RequestError, task_class, task_of
 
 log = logging.getLogger(__name__)
 
@@ -270,11 +270,26 @@ def _services(model_dir, device, batching, limits, backend, options) -> list:
     twice = sorted({str(d) for d in dirs if seen[Path(d).resolve()] > 1})
     if twice:
         raise ValueError(f"{', '.join(twice)}: one model directory given twice")
-    services = [ModelService(d, device, batching, limits, backend, options) for d in dirs]
+    services = [ModelService(d, device, batching, limits, backend, share) for d, share in zip(dirs, _shares(dirs, options))]
     directions = tuple(dict.fromkeys(pair for s in services for pair in s.pipeline.directions()))
     for service in services:
         service.directions = directions
     return services
+
+
+def _shares(dirs: list, options: dict | None) -> list[dict]:
+    """Each directory's share of the decoder options (`--precision`, `--quantize`): those its task takes. An
+    option some directories do not take applies to the others, and a warning names both; one that none
+    takes goes to each, whose pipeline refuses it (a single directory: as `aiayn translate` would)."""
+    options = options or {}
+    takes = [set(task_class(task_of(d)).pipeline.load_options) for d in dirs]
+    for name in options:
+        some = [str(d) for d, own in zip(dirs, takes) if name in own]
+        others = [str(d) for d, own in zip(dirs, takes) if name not in own]
+        if some and others:
+            log.warning("--%s applies to %s; not to %s, whose task has no such option", name.replace("_", "-"),
+                        ", ".join(some), ", ".join(others))
+    return [{k: v for k, v in options.items() if k in own or not any(k in t for t in takes)} for own in takes]
 
 
 def _add_error_handlers(app) -> None:
