@@ -218,3 +218,19 @@ def test_a_multilingual_target_through_every_door(tmp_path, capsys):
     with TestClient(create_app(directory)) as client:
         typed = client.post("/translate", json={"q": "<2fr> a b", "source": "en", "target": "de"})
     assert typed.status_code == 422 and "starts with the tag '<2fr>'" in typed.json()["error"]
+
+
+def test_sampling_settings_through_every_door(tmp_path, capsys):
+    """/v1/translate refused temperature, top_k, top_p and seed as unknown fields, which the CLI has."""
+    directory = tiny_model(tmp_path / "m", "translation")
+    lines = ["a b c d", "e f"]
+    (tmp_path / "in.txt").write_text("".join(line + "\n" for line in lines))
+    settings = {"method": "sample", "temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 3}
+    python = load_pipeline(directory)(lines, **settings)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+    assert cli(capsys, "translate", directory, *flags, "-i", tmp_path / "in.txt").splitlines() == python
+    native = http(directory, "/v1/translate", {"text": lines, **settings})
+    assert [t["text"] for t in native["translations"]] == python
+    with TestClient(create_app(directory)) as client:
+        refused = client.post("/v1/translate", json={"text": lines, "method": "greedy", "temperature": 0.7})
+    assert refused.status_code == 422 and "temperature set for sampling, but the method is 'greedy'" in refused.json()["error"]

@@ -239,6 +239,10 @@ class NativeRequest:
     max_len_b: Optional[int] = None
     min_len: Optional[int] = None
     no_repeat_ngram_size: Optional[int] = None
+    temperature: Optional[float] = None  # sampling's: `SamplingConfig` checks them (`TextTranslator.settings`)
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    seed: Optional[int] = None
     nbest: int = 1
     return_attention: bool = False
     source: str = ""  # a language pair the server translates ("": the model's own, or its first)
@@ -280,7 +284,9 @@ class NativeRequest:
         return {name: value for name in _DECODE_FIELDS if (value := getattr(self, name)) is not None}
 
 
-_DECODE_FIELDS = ("method", "beam_size", "length_penalty", "max_len_b", "min_len", "no_repeat_ngram_size")
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
+_DECODE_FIELDS = ("method", "beam_size", "length_penalty", "max_len_b", "min_len", "no_repeat_ngram_size",
+                  *_SAMPLING_FIELDS)
 
 
 def _native_result(result) -> dict:
