@@ -45,7 +45,7 @@ from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull, Unavaila
 from aiayn.serve.keys import UNLIMITED, KeyRing, given_key
 from aiayn.serve.limits import KeyLimits, ServeLimits
 from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, request_fields, shorten
-from aiayn.serve.server import is_loopback, uvicorn_config
+from aiayn.serve.server import draining_server, is_loopback, uvicorn_config
 from aiayn.serve.worker import PipelineRunner, WorkerProcess
 from aiayn.tasks import RequestError, task_class, task_of
 
@@ -380,10 +380,10 @@ def routes_of(services: list) -> list:
 def serve(model_dir: str | Path | Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits(), backend: str = "native",
           options: dict | None = None) -> None:
-    """Run the server until SIGINT/SIGTERM; uvicorn then stops accepting, finishes in-flight requests,
-    and the batchers finish their queues before the worker processes stop."""
-    import uvicorn
-
+    """Run the server until SIGINT/SIGTERM. Then every accepted request is answered: the queued ones at once
+    with a 503 and Retry-After (`DynamicBatcher.drain`), new ones likewise, and those being decoded within
+    the request timeout (a 200, or a 504 at the timeout), which uvicorn's shutdown window outlasts
+    (`server.uvicorn_config`); then the worker processes stop."""
     if limits.keep_alive_s <= batching.timeout_s:
         log.warning("the keep-alive (%g s) is not longer than the request timeout (%g s): uvicorn may cut off a "
                     "waiting request when it ends (see ServeLimits.keep_alive_s)", limits.keep_alive_s, batching.timeout_s)
@@ -391,7 +391,8 @@ def serve(model_dir: str | Path | Sequence[str | Path], host: str = "127.0.0.1",
         log.warning("serving on %s without an api key: anyone who can reach this address can run the model "
                     "(aiayn serve --api-key KEY)", host)
     app = create_app(model_dir, device, batching, limits, backend, options)
-    uvicorn.Server(uvicorn_config(app, host, port, limits)).run()
+    config = uvicorn_config(app, host, port, limits, timeout_s=batching.timeout_s)
+    draining_server(config, lambda: [service.batcher.drain() for service in app.state.services]).run()
 
 
 __all__ = ["BatchConfig", "KeyLimits", "ServeLimits", "create_app", "serve"]

@@ -26,7 +26,9 @@ enqueues and awaits, so it never blocks on the model. The worker batches in one 
                  next piece; `Stats.cancelled` counts the texts dropped while being decoded
     streams      `stream(text, options)` decodes one text alone through `stream(text, options)`,
                  handing each piece to the event loop as it comes
-    shutdown     `close()` stops taking requests and lets the worker finish what is queued
+    shutdown     `drain()` (at SIGTERM) answers what is queued with a 503 and takes nothing more, while the
+                 requests being decoded finish; `close()` stops taking requests and lets the worker finish
+                 what is queued
 """
 
 from __future__ import annotations
@@ -201,6 +203,26 @@ class DynamicBatcher:
     @property
     def queue_length(self) -> int:
         return len(self.queue)
+
+    def drain(self) -> int:
+        """Shutdown has begun: take no more requests, and answer every queued one that no step has taken yet
+        with `QueueFull` (a 503 with Retry-After) now, instead of leaving it to wait past the server's last
+        moment; the requests being decoded finish. Returns how many were answered so."""
+        with self.cond:
+            self.closed = True
+            waiting = [r for r in self.queue if not r.cancelled]
+            for r in waiting:
+                r.cancelled = "shutdown"  # the worker skips it (`_wait_for_work`, `_admit`)
+            self.cond.notify_all()
+        error = QueueFull("the server is shutting down")
+        for r in waiting:
+            if r.pieces is not None:
+                _deliver_piece(r, ("error", error))
+            else:
+                _deliver(r, error=error)
+        if waiting:
+            log.warning("shutting down: %d queued request(s) answered 503", len(waiting))
+        return len(waiting)
 
     def close(self, wait_s: float = 30.0) -> None:
         """Take no more requests; the worker finishes the queued ones, then stops."""

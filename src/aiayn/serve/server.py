@@ -2,7 +2,10 @@
 each request (slow clients), and no api key in the access log."""
 
 import logging
+import threading
+from typing import Callable
 
+from aiayn.serve.batcher import BatchConfig
 from aiayn.serve.limits import ServeLimits
 
 log = logging.getLogger(__name__)
@@ -18,21 +21,41 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+GRACE_MARGIN_S = 5.0  # the shutdown window beyond the request timeout: an in-flight request's 504 goes out in it
+
+
 def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(), log_level: str = "info",
-                   http: str = "auto"):
-    """How `serve` runs `app` with uvicorn: 30 s to finish in-flight requests on shutdown, idle
-    connections kept `limits.keep_alive_s`, a request received whole within `limits.receive_timeout_s`
-    (`http`: uvicorn's HTTP implementation under that bound, "auto", "httptools" or "h11"), and no
-    api key in the access log."""
+                   http: str = "auto", timeout_s: float = BatchConfig.timeout_s):
+    """How `serve` runs `app` with uvicorn: on shutdown, `timeout_s` (the request timeout, `--timeout`) and
+    `GRACE_MARGIN_S` more to finish the requests in flight, each of which is answered or times out (a 504)
+    within `timeout_s`; idle connections kept `limits.keep_alive_s`, a request received whole within
+    `limits.receive_timeout_s` (`http`: uvicorn's HTTP implementation under that bound, "auto", "httptools"
+    or "h11"), and no api key in the access log."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30,
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level,
+                            timeout_graceful_shutdown=timeout_s + GRACE_MARGIN_S,
                             timeout_keep_alive=limits.keep_alive_s,  # it sets up uvicorn's loggers
                             http=receive_bounded(http, limits.receive_timeout_s))
     access = logging.getLogger("uvicorn.access")
     if not any(isinstance(f, RedactApiKey) for f in access.filters):
         access.addFilter(RedactApiKey())
     return config
+
+
+def draining_server(config, drain: Callable[[], None]):
+    """A uvicorn server that calls `drain()` (the batchers' `drain`: queued requests answered 503, nothing
+    more taken) as shutdown begins, at SIGTERM or SIGINT, before uvicorn's graceful wait for the requests in
+    flight: without it, requests still queued when that wait ended got uvicorn's bare 500."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            if not self.should_exit:  # in a thread: a signal handler must not wait for the batchers' locks
+                threading.Thread(target=drain, name="aiayn-drain", daemon=True).start()
+            super().handle_exit(sig, frame)
+
+    return DrainingServer(config)
 
 
 class RedactApiKey(logging.Filter):
