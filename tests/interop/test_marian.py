@@ -312,3 +312,13 @@ def test_a_multilingual_model_keeps_its_directions_and_tag_through_export_and_im
     again = json.loads((back / "task.json").read_text())
     assert {k: again[k] for k in kept} == kept
     assert load_pipeline(back).directions() == (("de", "en"), ("de", "fr"))
+
+
+def test_a_decoder_size_other_than_the_encoders_names_both_fields(marian_dirs, tmp_path):
+    hf_dir, _ = marian_dirs
+    odd = shutil.copytree(hf_dir, tmp_path / "hf")
+    config = json.loads((odd / "config.json").read_text())
+    (odd / "config.json").write_text(json.dumps({**config, "decoder_attention_heads": 2 * config["encoder_attention_heads"]}))
+    with pytest.raises(ValueError, match=r"decoder_attention_heads = 4 does not map onto aiayn \(aiayn's model has one "
+                                         r"value for both, so it must equal encoder_attention_heads = 2\)"):
+        import_hf(odd, tmp_path / "ours")

@@ -121,3 +121,16 @@ def test_a_blank_source_streams_what_it_translates_to_nothing(model_dir):
     pipe = load_pipeline(model_dir)
     assert "".join(pipe.stream("  ", method="greedy")) == pipe(["  "], method="greedy")[0] == ""
     assert "".join(pipe.stream("a b c", method="greedy")) == pipe(["a b c"], method="greedy")[0] != ""
+
+
+def test_stream_true_as_a_form_or_query_field_streams(lm_dir):
+    """A form or a query string sends text: stream=true was refused as "stream must be true or false"."""
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(lm_dir, batching=THREAD)) as client:
+        as_json = client.post("/v1/generate", json={"prompt": "a b", "method": "greedy", "max_new_tokens": 3, "stream": True})
+        form = client.post("/v1/generate", data={"prompt": "a b", "method": "greedy", "stream": "true"})
+        query = client.post("/v1/generate?stream=true&method=greedy&prompt=a%20b")
+    assert form.status_code == query.status_code == 200, (form.text, query.text)
+    assert form.headers["content-type"].startswith("text/event-stream")
+    assert events(form)[-1]["done"] and events(query)[-1]["done"] and events(as_json)[-1]["done"]

@@ -94,11 +94,12 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
     ckpt.check_architecture(ARCHITECTURE)
     heads, d_ff = ckpt.need("encoder_attention_heads"), ckpt.need("encoder_ffn_dim")
     pad = ckpt.token_id("pad_token_id")
-    for field, value, want in (("decoder_attention_heads", c("decoder_attention_heads"), heads),
-                               ("decoder_ffn_dim", c("decoder_ffn_dim"), d_ff),
-                               ("decoder_start_token_id", c("decoder_start_token_id"), pad)):
+    for field, value, want, why in (
+            ("decoder_attention_heads", c("decoder_attention_heads"), heads, "encoder_attention_heads"),
+            ("decoder_ffn_dim", c("decoder_ffn_dim"), d_ff, "encoder_ffn_dim"),
+            ("decoder_start_token_id", c("decoder_start_token_id"), pad, "pad_token_id")):
         if value != want:
-            raise ckpt.refuse(field, value, f"aiayn needs {want!r}, as the encoder's or pad_token_id")
+            raise ckpt.refuse(field, value, f"aiayn's model has one value for both, so it must equal {why} = {want!r}")
     for field in ("normalize_before", "add_final_layer_norm", "normalize_embedding", "layernorm_embedding"):
         if c(field):  # BART-family options an old Marian config may carry
             raise ckpt.refuse(field, c(field), "Marian is post-norm without embedding norms")

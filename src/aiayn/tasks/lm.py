@@ -31,7 +31,7 @@ from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
-from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts, text_events
+from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts, form_boolean, text_events
 from aiayn.tasks.settings import VocabSettings, check, check_fraction
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
@@ -136,6 +136,7 @@ class Generator(Pipeline):
         from aiayn.config import check_types
 
         check_fields(fields, [f.name for f in dataclasses.fields(GenerateRequest)])
+        fields = {**fields, **({"stream": form_boolean(fields["stream"])} if "stream" in fields else {})}
         try:
             check_types(GenerateRequest, fields)  # one prompt, a whole-number seed: not a list, not 1.5
         except ValueError as e:

@@ -81,6 +81,12 @@ def _check_unicode(text: str, where: str) -> None:
         raise RequestError(f"{where}: not valid Unicode (a lone surrogate at character {e.start})") from None
 
 
+def form_boolean(value: Any) -> Any:
+    """A boolean field as a form or a query string sends it ("true", "false": text) -> True / False; any
+    other value as it is, for the field's own check."""
+    return {"true": True, "false": False}.get(value.lower(), value) if isinstance(value, str) else value
+
+
 def check_fields(fields: dict, allowed: Sequence[str]) -> None:
     unknown = sorted(set(fields) - set(allowed) - {"api_key"})
     if unknown:

@@ -22,7 +22,7 @@ import torch
 
 from aiayn.config import DECODE_METHODS
 from aiayn.data.preprocess import ParallelDataset, load_parallel
-from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, text_events
+from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, form_boolean, text_events
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
@@ -271,8 +271,10 @@ class NativeRequest:
         if lp is not None and (type(lp) not in (int, float) or not (math.isfinite(lp) and 0 <= lp <= 2)):
             raise RequestError("length_penalty must be a number from 0 to 2")
         for name in ("return_attention", "stream"):
-            if not isinstance(getattr(r, name), bool):
+            value = form_boolean(getattr(r, name))
+            if not isinstance(value, bool):
                 raise RequestError(f"{name} must be true or false")
+            r = dataclasses.replace(r, **{name: value})
         if not (isinstance(r.source, str) and isinstance(r.target, str)):
             raise RequestError("source and target must be language codes")
         if not isinstance(r.text, list):
