@@ -222,6 +222,16 @@ def _kill(process) -> None:
         process.join(5)
 
 
+def name_process(title: str) -> None:
+    """What `ps` and `top` show for this process: the forkserver's children all carry its command line, so each
+    decoder is named by its model directory (setproctitle, of the serve extra; without it, the names stay)."""
+    try:
+        from setproctitle import setproctitle  # optional: the serve extra installs it
+    except ImportError:
+        return
+    setproctitle(title)
+
+
 def serve_pipeline(conn, model_dir: str, device: str, backend: str, options: dict | None = None) -> None:
     """The worker process: load the pipeline, then answer each message with ("ok", value) or
     ("error", (message, RequestError status or None)) until "stop" or the pipe closes."""
@@ -229,6 +239,7 @@ def serve_pipeline(conn, model_dir: str, device: str, backend: str, options: dic
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains, then stops this process
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    name_process(f"aiayn decoder {model_dir}")
     try:
         runner = PipelineRunner(load_pipeline(model_dir, device=device, backend=backend, **(options or {})))
     except Exception as e:  # noqa: BLE001  told to the server, which refuses to start
