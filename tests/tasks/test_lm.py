@@ -145,3 +145,20 @@ def test_a_continuation_keeps_the_space_a_word_piece_starts_with():
         assert "".join(gen.stream(prompt, 6, "sample", seed)) == gen.generate(prompt, 6, "sample", seed)
     park = tok.encode("park")  # ["▁park"]: a word start
     assert tok.decode(park) == "park" and gen._continuation(tok.encode(prompt))(park) == " park"  # after "hello": a new word
+
+
+@pytest.mark.parametrize("method", ["greedy", "sample"])
+def test_a_generated_text_never_holds_unk(method):
+    """A model that puts most of its mass on <unk> (text outside its vocabulary) wrote a literal "<unk>"."""
+    torch.manual_seed(0)
+    from aiayn.config import EOS_ID, UNK_ID
+    from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
+
+    tokenizer = CharTokenizer.from_text("abcdefgh")
+    model = DecoderOnly(DecoderOnlyConfig(vocab_size=tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                                          max_positions=8, logits_bias=True))
+    with torch.no_grad():
+        model.logits_bias[UNK_ID] = 8.0  # e^8: <unk> above all the rest together
+        model.logits_bias[EOS_ID] = -8.0  # and no end: twelve characters
+    text = Generator(model, tokenizer).generate("abc", 12, method=method, seed=1)
+    assert len(text) == 12 and "<unk>" not in text

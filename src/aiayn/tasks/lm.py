@@ -94,6 +94,14 @@ class GenerateRequest:
     stream: bool = False  # server-sent events: a piece of text at a time
 
 
+def never_unknown(pick):
+    """`pick` that never picks <unk>: it stands for text outside the vocabulary, which a generated text cannot
+    hold (it came out as a literal "<unk>"; `transformers` drops it from the text as a special token)."""
+    def picked(scores: torch.Tensor) -> int:
+        return pick(scores.index_fill(-1, torch.tensor([UNK_ID], device=scores.device), float("-inf")))
+    return picked
+
+
 class Generator(Pipeline):
     """`Generator.from_pretrained(DIR).generate(prompt, max_new_tokens=..., temperature=..., top_k=..., top_p=...)`:
     text sampled from a decoder-only model through the shared sampling code (greedy with
@@ -204,9 +212,9 @@ class Generator(Pipeline):
         check_sampling_use(method, [k for k, v in sampling.items() if v is not None])  # as Translator.settings
         config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
         if method == "greedy":
-            return pick_greedy
+            return never_unknown(pick_greedy)
         device = next(self.model.parameters()).device
-        return pick_sample(config, torch.Generator(device=device).manual_seed(seed) if seed is not None else None)
+        return never_unknown(pick_sample(config, torch.Generator(device=device).manual_seed(seed) if seed is not None else None))
 
     def tokens(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
                method: str = GenerateRequest.method, seed: int | None = None,
