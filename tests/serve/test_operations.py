@@ -54,8 +54,11 @@ def test_keys_with_limits_per_key(model_dir, tmp_path):
         assert 1 <= int(over.headers["Retry-After"]) <= 60
         assert post("free").status_code == 200  # another key's budget is its own
         headers = {"Authorization": "Bearer short"}
-        assert client.post("/translate", json={**BODY, "q": "a b c d"}, headers=headers).status_code == 200  # 11 chars
-        over = client.post("/translate", json=BODY, headers=headers)  # 9 more: over 12 a minute
+        bad = client.post("/translate", json={**BODY, "q": "a b c d e f", "alternatives": -1}, headers=headers)
+        assert bad.status_code == 422  # refused for its input: its 11 characters are not charged
+        assert client.post("/translate", json={**BODY, "q": "a b c d"}, headers=headers).status_code == 200  # 7 chars
+        assert client.post("/translate", json={**BODY, "q": "a b c"}, headers=headers).status_code == 200  # 5: 12
+        over = client.post("/translate", json={**BODY, "q": "a"}, headers=headers)  # the texts alone count, not de, en
         assert over.status_code == 429 and "characters per minute" in over.json()["error"]
         assert "Retry-After" in over.headers
         assert client.get("/languages").status_code == 200  # runs no model: no key needed

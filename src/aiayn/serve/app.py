@@ -150,13 +150,22 @@ def add_route(app, served: list, keys: KeyRing) -> None:
     async def endpoint(request: Request):
         fields = await request_fields(request, first_service.limits.max_body_bytes)
         service, route = next(((s, r) for s, r in served if s.pipeline.accepts(fields)), served[0])
-        if route.runs_model:
-            keys.check(given_key(request, fields), fields)
+        charged = keys.check(given_key(request, fields), texts_of(fields, route)) if route.runs_model else None
         fields.pop("api_key", None)
-        return await until_disconnected(request, answer(getattr(service.pipeline, route.handler)(fields, service)))
+        try:
+            return await until_disconnected(request, answer(getattr(service.pipeline, route.handler)(fields, service)))
+        except RequestError:  # input refused: nothing was decoded, so nothing is charged to the key
+            keys.refund(charged)
+            raise
 
     endpoint.__doc__ = handler.__doc__
     app.add_api_route(first.path, endpoint, methods=[first.method], summary=first.summary)
+
+
+def texts_of(fields: dict, route) -> dict:
+    """The fields of a request that an api key's character budget counts: the route's texts (not its language
+    codes or settings), or every field where the route names none."""
+    return {k: v for k, v in fields.items() if k in route.texts} if route.texts else fields
 
 
 async def answer(handled):

@@ -9,7 +9,8 @@ JSON file, each with its own limits (`KeyLimits`; a field left out takes its def
 A request without a key, or with another, gets a 403; one over its key's request rate, or whose
 characters would take the key over its budget, gets a 429 with Retry-After (the seconds until
 the window has room). The window slides: what a key sent in the last 60 seconds counts. The
-characters counted are those of every string field of the request (its texts), the key aside.
+characters counted are those of the request's texts (its route's `texts` fields: not its language codes or
+settings), the key aside; a request refused for its input (a 4xx before anything is decoded) is not counted.
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ class KeyRing:
     def __bool__(self) -> bool:
         return bool(self.keys)
 
-    def check(self, given: Any, fields: Mapping[str, Any]) -> None:
-        """Let a request with key `given` through, counted against its key, or raise a 403 or a 429."""
+    def check(self, given: Any, fields: Mapping[str, Any]) -> tuple | None:
+        """Let a request with key `given` through, counted against its key (the charge is returned, for
+        `refund`), or raise a 403 or a 429. `fields`: what its character budget counts."""
         if not self.keys:
-            return
+            return None
         key = self._match(given)
         if key is None:
             self.refused["403"] += 1
@@ -112,7 +114,18 @@ class KeyRing:
                                            f"{limits.chars_per_minute} a minute")
                 self._refuse(f"over this key's {limits.chars_per_minute} characters per minute",
                              self._room_at(sent, used + chars - limits.chars_per_minute) - now)
-            sent.append((now, chars))
+            charge = (now, chars)
+            sent.append(charge)
+            return key, charge
+
+    def refund(self, charged: tuple | None) -> None:
+        """Take back what `check` charged a key (`charged`), for a request refused before anything was decoded."""
+        if charged is None:
+            return
+        key, charge = charged
+        with self.lock:
+            if charge in self.sent[key]:
+                self.sent[key].remove(charge)
 
     def _match(self, given: Any) -> str | None:
         if not isinstance(given, str):

@@ -195,7 +195,7 @@ class Classifier(Pipeline):
     [(label, probability)] per text. A CLI output line is `label<TAB>probability`."""
 
     task, command, metric = "classify", "classify", "accuracy"
-    routes = (Route("POST", "/v1/classify", "classify_route", "classify texts",
+    routes = (Route("POST", "/v1/classify", "classify_route", "classify texts", texts=("text",),
                     example='{"text": "a text to classify"}'),)
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)

@@ -80,7 +80,7 @@ class Embedder(Pipeline):
     array per text. A CLI output line is the JSON array of the vector (or of the token vectors)."""
 
     task, command = "embed", "embed"
-    routes = (Route("POST", "/v1/embed", "embed_route", "embed texts: one vector per text (OpenAI's response shape)",
+    routes = (Route("POST", "/v1/embed", "embed_route", "embed texts: one vector per text (OpenAI's response shape)", texts=("input",),
                     example='{"input": "a text to embed"}'),)
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)

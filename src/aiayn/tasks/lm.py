@@ -115,7 +115,7 @@ class Generator(Pipeline):
 
     task, command = "lm", "generate"
     model_types = (DecoderOnly.model_type,)
-    routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt",
+    routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt", texts=("prompt",),
                     example='{"prompt": "the start of a text", "stream": true}'),)  # the page shows the text grow
     max_new_tokens_limit = 2000  # what one HTTP request may ask for
 

@@ -40,6 +40,7 @@ class Route:
     handler: str
     summary: str = ""
     runs_model: bool = True  # it decodes: guarded by the server's api key
+    texts: tuple[str, ...] = ()  # the fields an api key's character budget counts; () = every string field
     # A request body (JSON) that the web page at / imitates, "" = not offered there: a box per field
     # (the box's id is the field's name), sent as a string, or as a one-string list where the example
     # holds one, or read as JSON where it holds anything else (e.g. pixel rows); true/false is sent as

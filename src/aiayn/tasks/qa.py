@@ -87,7 +87,7 @@ class QA(TextPipeline):
     object with "context" and "question"; its output line is that object with "prediction"."""
 
     task, command, metric = "qa", "answer", "squad"
-    routes = (Route("POST", "/v1/answer", "answer_route", "answer questions about contexts",
+    routes = (Route("POST", "/v1/answer", "answer_route", "answer questions about contexts", texts=("context", "question"),
                     example='{"context": "a story", "question": "a question about it"}'),)
 
     def source(self, given) -> str:

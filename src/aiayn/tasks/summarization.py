@@ -68,7 +68,7 @@ class Summarizer(TextPipeline):
     (overridable per call)."""
 
     task, command, metric = "summarization", "summarize", "rouge"
-    routes = (Route("POST", "/v1/summarize", "summarize_route", "summarize texts",
+    routes = (Route("POST", "/v1/summarize", "summarize_route", "summarize texts", texts=("text",),
                     example='{"text": "a text to summarize"}'),)
 
     def source(self, given: str) -> str:

@@ -67,9 +67,9 @@ class TranslationPipeline(TextPipeline):
     """`load_pipeline(DIR)` of a translation model; `pipeline.translate(texts, **options)`."""
 
     task, command, metric = "translation", "translate", "bleu"
-    routes = (Route("POST", "/translate", "libretranslate", "LibreTranslate-compatible translation"),
+    routes = (Route("POST", "/translate", "libretranslate", "LibreTranslate-compatible translation", texts=("q",)),
               Route("GET", "/languages", "languages", "the model's language pair, LibreTranslate style", False),
-              Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention",
+              Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention", texts=("text",),
                     example='{"text": ["a sentence to translate"], "return_attention": true}'))
 
     def translate(self, texts, **options) -> list:
