@@ -341,7 +341,7 @@ def shown(answer: dict) -> str:
 def test_the_web_page_asks_the_models_own_route(task_dirs, live_server, chromium, task):
     typed, sent = PAGE[task]
     url = live_server(create_app(task_dirs[task]))
-    route = TestClient(create_app(task_dirs[task])).get("/health").json()["form"]["path"]
+    route = TestClient(create_app(task_dirs[task])).get("/health").json()["forms"][0]["path"]
     page = chromium.new_page()
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
@@ -365,6 +365,40 @@ def test_the_web_page_asks_the_models_own_route(task_dirs, live_server, chromium
             page.locator("#output").filter(has_text=re.compile(r"\S")).wait_for(timeout=30_000)
             assert page.inner_text("#output") == shown(response.json())
         assert page.locator("#controls").is_hidden() and page.inner_text("#error") == "" and not errors
+    finally:
+        page.close()
+
+
+def test_the_web_page_of_several_models_reaches_each_and_each_language_pair(tmp_path, live_server, chromium):
+    """A server of a multilingual model and a language model: the page offered only the first model's form,
+    and posted without source and target (every text came out in the first target)."""
+    from tiny_models import tiny_model
+
+    multi = tiny_model(tmp_path / "multi", "translation", target_tag="<2{}>",
+                       directions=[["en", "de"], ["en", "fr"], ["en", "cs"]])
+    url = live_server(create_app([multi, tiny_model(tmp_path / "lm", "lm")]))
+    page = chromium.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(url + "/")
+        page.locator("#pair").wait_for()
+        assert page.locator("#form option").all_inner_texts() == ["translation: POST /v1/translate",
+                                                                   "lm: POST /v1/generate"]
+        assert page.locator("#pair option").all_inner_texts() == ["en → de", "en → fr", "en → cs"]
+        page.select_option("#pair", "en fr")
+        page.fill("#text", "a b")
+        with page.expect_response(lambda r: r.request.method == "POST", timeout=30_000) as answered:
+            page.click("#translate")
+        sent = answered.value.request.post_data_json
+        assert (sent["source"], sent["target"], answered.value.status) == ("en", "fr", 200)
+        page.select_option("#form", "1")  # the language model's form
+        assert page.locator("#prompt").count() == 1 and page.locator("#pair").count() == 0
+        page.fill("#prompt", "a b")
+        with page.expect_response(lambda r: r.request.method == "POST", timeout=30_000) as answered:
+            page.click("#translate")
+        assert urlsplit(answered.value.url).path == "/v1/generate" and answered.value.status == 200
+        assert not errors
     finally:
         page.close()
 

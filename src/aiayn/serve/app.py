@@ -219,12 +219,16 @@ async def until_disconnected(request, work):
     return task.result()
 
 
-def page_form(routes) -> Optional[dict]:
-    """The route the web page offers, the first with an example request (`Route.example`), or None."""
-    for route in routes:
-        if route.example:
-            return {"path": route.path, "summary": route.summary, "example": json.loads(route.example)}
-    return None
+def page_forms(services: list) -> list[dict]:
+    """The forms the web page offers: one per route with an example request (`Route.example`), across every
+    directory served (a server of several models offers each model's), each with its command's name."""
+    forms: dict[str, dict] = {}
+    for service in services:
+        for route in service.pipeline.routes:
+            if route.example and route.path not in forms:
+                forms[route.path] = {"path": route.path, "summary": route.summary, "example": json.loads(route.example),
+                                     "command": service.pipeline.command, "task": service.task}
+    return list(forms.values())
 
 
 # -- the application ---------------------------------------------------------------------------
@@ -336,7 +340,7 @@ def _add_status_routes(app, services: list, routes: list, keys: KeyRing, respons
         body = {"status": "unavailable" if down else "ok", **({"unavailable": down} if down else {}),
                 "task": first.task, "model": str(first.model_dir), "backend": first.backend,
                 "routes": list(dict.fromkeys(r.path for _, r in routes)), "command": first.pipeline.command,
-                "needs_key": bool(keys), "form": page_form([r for _, r in routes]),
+                "needs_key": bool(keys), "forms": page_forms(services),
                 "languages": [list(pair) for pair in first.directions],
                 "models": [{"model": str(s.model_dir), "task": s.task, "routes": [r.path for r in s.pipeline.routes],
                             "directions": [list(p) for p in s.pipeline.directions()]} for s in services]}

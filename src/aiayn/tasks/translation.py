@@ -70,7 +70,7 @@ class TranslationPipeline(TextPipeline):
     routes = (Route("POST", "/translate", "libretranslate", "LibreTranslate-compatible translation", texts=("q",)),
               Route("GET", "/languages", "languages", "the model's language pair, LibreTranslate style", False),
               Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention", texts=("text",),
-                    example='{"text": ["a sentence to translate"], "return_attention": true}'))
+                    example='{"text": ["a sentence to translate"], "source": "", "target": "", "return_attention": true}'))
 
     def translate(self, texts, **options) -> list:
         return self(texts, **options)
