@@ -131,7 +131,6 @@ def test_mean_pooling_reads_cls_and_the_real_tokens_only():
     ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
     ({"attention_dropout": -0.1}, r"attention_dropout must be in \[0, 1\)"),
     ({"layer_norm_eps": 0.0}, "layer_norm_eps must be a finite number > 0"),
-    ({"pooler": True}, "needs n_classes > 0"),
     ({"input": "patches", "patch_dim": 12, "positional": "learned", "logits_bias": True}, "MLM head"),
 ])
 def test_config_refuses_what_the_layers_or_heads_cannot_use(bad, message):

@@ -329,7 +329,7 @@ def test_a_sentence_model_learns_which_fact_answers_the_question(tmp_path):
             'data.valid_split="valid"', "data.carve_fraction=0.1", 'data.test_split="valid"', 'data.vocab_type="symbols"',
             "data.max_tokens=600", 'model.preset="tiny"', "model.d_model=64", "model.d_ff=128", "model.dropout=0.0",
             "model.norm_first=true", 'model.source_units="sentences"', 'model.source_positions="end"',
-            "optim.warmup_steps=50", "optim.lr_factor=0.5", "train.progress=false", "train.validate_every=0",
+            "optim.warmup_steps=50", "optim.lr_factor=0.2", "train.progress=false", "train.validate_every=0",
             'decode.method="greedy"', "decode.max_len_a=0.0", "decode.max_len_b=3"]
     assert main(["train", str(recipe), "--run-dir", str(tmp_path / "run"), *[x for s in sets for x in ("--set", s)]]) == 0
     scores = json.loads((tmp_path / "run" / "test_scores.json").read_text())
