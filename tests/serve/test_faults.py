@@ -7,12 +7,15 @@ failed to drop them would be far from done with, and each wait is for an event s
 /v1/metrics (with a bound only so that a failure fails instead of hanging)."""
 
 import concurrent.futures
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -21,6 +24,8 @@ pytest.importorskip("fastapi", reason="the serve extra is not installed: pip ins
 httpx = pytest.importorskip("httpx", reason="the test extra installs httpx")
 
 from aiayn.serve.app import BatchConfig, ServeLimits, create_app  # noqa: E402
+from slow_task import NAME as SLOW_TASK  # noqa: E402
+from tiny_models import tiny_model  # noqa: E402
 
 LONG = 20_000  # tokens a request asks for: this random model never ends a text before its limit
 LIMITS = ServeLimits(max_len_b=LONG)
@@ -161,3 +166,56 @@ def test_a_decoder_that_cannot_start_is_a_503_not_a_timeout(model_dir, live_serv
     (directory / "aside").rename(directory / "model.safetensors")
     assert httpx.post(f"{url}/v1/translate", json=body, timeout=60).status_code == 200  # the next one tries again
     assert httpx.get(f"{url}/health").json()["status"] == "ok"
+
+
+SLOW_N, SLOW_TIMEOUT_S = 50, 5
+
+
+def test_sigterm_with_more_queued_work_than_the_window_answers_200_or_a_json_503(tmp_path):
+    """--timeout 5 (the window: 5 + 5 s) and 50 requests of 0.3 s each (15 s of work): every accepted request is
+    decoded or answered 503 with Retry-After when its timeout runs out in the queue; none gets a bare 500."""
+    directory = tiny_model(tmp_path / "m", "translation")
+    info = json.loads((directory / "task.json").read_text())
+    (directory / "task.json").write_text(json.dumps({**info, "task": SLOW_TASK}))
+    port, here = free_port(), Path(__file__).parent  # slow_task.py and tiny_models.py
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here), str(here.parent / "tasks"), os.environ.get("PYTHONPATH", "")])}
+    server = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", str(directory), "--port", str(port), "--timeout",
+                               str(SLOW_TIMEOUT_S), "--max-batch", "1"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+                time.sleep(0.2)
+        answers = []
+        client = httpx.Client(limits=httpx.Limits(max_connections=SLOW_N), timeout=60)
+
+        def send() -> None:
+            r = client.post(f"{url}/translate", json={"q": "a b c", "source": "de", "target": "en"})
+            answers.append((r.status_code, r.headers.get("content-type", ""), r.text, r.headers.get("retry-after")))
+
+        clients = [threading.Thread(target=send) for _ in range(SLOW_N)]
+        for c in clients:
+            c.start()
+        wait_for(url, lambda m: m["requests"] + m["queue_length"] >= SLOW_N - 1,  # --max-batch 1: one decoding
+                 "every request accepted")  # a few decoded, the rest queued
+        server.send_signal(signal.SIGTERM)
+        for c in clients:
+            c.join(60)
+        client.close()
+        assert server.wait(30) in (0, -signal.SIGTERM)  # uvicorn raises the signal again once it has shut down
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert len(answers) == SLOW_N  # every request got an HTTP answer
+    decoded = [a for a in answers if a[0] == 200]
+    refused = [a for a in answers if a[0] == 503]
+    assert len(decoded) + len(refused) == SLOW_N, [a for a in answers if a[0] not in (200, 503)]
+    assert decoded and refused  # some work was done, and more was left than the window held
+    for status, kind, body, retry in refused:
+        assert kind.startswith("application/json") and "shutting down" in json.loads(body)["error"] and retry

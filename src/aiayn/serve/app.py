@@ -393,10 +393,10 @@ def routes_of(services: list) -> list:
 def serve(model_dir: str | Path | Sequence[str | Path], host: str = "127.0.0.1", port: int = 8000, device: str = "cpu",
           batching: BatchConfig = BatchConfig(), limits: ServeLimits = ServeLimits(), backend: str = "native",
           options: dict | None = None) -> None:
-    """Run the server until SIGINT/SIGTERM. Then every accepted request is answered: the queued ones at once
-    with a 503 and Retry-After (`DynamicBatcher.drain`), new ones likewise, and those being decoded within
-    the request timeout (a 200, or a 504 at the timeout), which uvicorn's shutdown window outlasts
-    (`server.uvicorn_config`); then the worker processes stop."""
+    """Run the server until SIGINT/SIGTERM. Then every accepted request is answered within the request timeout,
+    which uvicorn's shutdown window outlasts (`server.uvicorn_config`): the queue is still decoded, a queued
+    request that its timeout runs out on gets a 503 with Retry-After, as a new one does (`DynamicBatcher.drain`);
+    then the worker processes stop."""
     if limits.keep_alive_s <= batching.timeout_s:
         log.warning("the keep-alive (%g s) is not longer than the request timeout (%g s): uvicorn may cut off a "
                     "waiting request when it ends (see ServeLimits.keep_alive_s)", limits.keep_alive_s, batching.timeout_s)

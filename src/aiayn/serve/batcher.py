@@ -26,9 +26,9 @@ enqueues and awaits, so it never blocks on the model. The worker batches in one 
                  next piece; `Stats.cancelled` counts the texts dropped while being decoded
     streams      `stream(text, options)` decodes one text alone through `stream(text, options)`,
                  handing each piece to the event loop as it comes
-    shutdown     `drain()` (at SIGTERM) answers what is queued with a 503 and takes nothing more, while the
-                 requests being decoded finish; `close()` stops taking requests and lets the worker finish
-                 what is queued
+    shutdown     `drain()` (at SIGTERM) takes nothing more, and a request that its timeout runs out on (one
+                 being decoded: `DRAIN_EXTRA_S` later) gets a 503, not a 504; `close()` stops taking
+                 requests and lets the worker finish what is queued
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 class QueueFull(Exception):
     """The queue holds `max_queue` requests already."""
+
+
+DRAIN_EXTRA_S = 3.0  # shutting down: how long past its timeout a request being decoded may still finish
 
 
 class Unavailable(Exception):
@@ -143,8 +146,7 @@ class DynamicBatcher:
         try:
             return await asyncio.wait_for(asyncio.shield(request.future), self.config.timeout_s)
         except asyncio.TimeoutError:
-            self._cancel(request, "timeout")  # queued: the worker skips it; decoding: it leaves the search
-            raise
+            return await self._timed_out(request)
         except asyncio.CancelledError:  # the client went away
             self._cancel(request, "disconnect")
             raise
@@ -167,6 +169,8 @@ class DynamicBatcher:
                 yield value
         except asyncio.TimeoutError:
             self._cancel(request, "timeout")
+            if self.closed:
+                raise QueueFull("the server is shutting down") from None
             raise
         except (asyncio.CancelledError, GeneratorExit):  # the client went away, or stopped reading
             self._cancel(request, "disconnect")
@@ -204,25 +208,28 @@ class DynamicBatcher:
     def queue_length(self) -> int:
         return len(self.queue)
 
-    def drain(self) -> int:
-        """Shutdown has begun: take no more requests, and answer every queued one that no step has taken yet
-        with `QueueFull` (a 503 with Retry-After) now, instead of leaving it to wait past the server's last
-        moment; the requests being decoded finish. Returns how many were answered so."""
+    def drain(self) -> None:
+        """Shutdown has begun: take no more requests (`QueueFull`: a 503 with Retry-After). The queue is still
+        decoded; a request that waits out its timeout is answered 503 too, not 504 (`_timed_out`): the server
+        left it. So every accepted request is answered within its timeout and `DRAIN_EXTRA_S`."""
         with self.cond:
             self.closed = True
-            waiting = [r for r in self.queue if not r.cancelled]
-            for r in waiting:
-                r.cancelled = "shutdown"  # the worker skips it (`_wait_for_work`, `_admit`)
             self.cond.notify_all()
-        error = QueueFull("the server is shutting down")
-        for r in waiting:
-            if r.pieces is not None:
-                _deliver_piece(r, ("error", error))
-            else:
-                _deliver(r, error=error)
-        if waiting:
-            log.warning("shutting down: %d queued request(s) answered 503", len(waiting))
-        return len(waiting)
+        log.warning("shutting down: %d queued request(s) decoded while their timeout allows, new ones refused",
+                    len(self.queue))
+
+    async def _timed_out(self, request: _Request):
+        """A request that waited out its timeout: a 504 (asyncio.TimeoutError), or, while the server shuts down
+        (`drain`), its answer if a decode that took it ends within `DRAIN_EXTRA_S`, else a 503 (`QueueFull`)."""
+        with self.cond:
+            taken = request not in self.queue
+        if self.closed and taken:
+            try:
+                return await asyncio.wait_for(asyncio.shield(request.future), DRAIN_EXTRA_S)
+            except asyncio.TimeoutError:
+                pass
+        self._cancel(request, "timeout")  # queued: the worker skips it; decoding: it leaves the search
+        raise QueueFull("the server is shutting down") if self.closed else asyncio.TimeoutError()
 
     def close(self, wait_s: float = 30.0) -> None:
         """Take no more requests; the worker finishes the queued ones, then stops."""

@@ -5,7 +5,7 @@ import logging
 import threading
 from typing import Callable
 
-from aiayn.serve.batcher import BatchConfig
+from aiayn.serve.batcher import DRAIN_EXTRA_S, BatchConfig
 from aiayn.serve.limits import ServeLimits
 
 log = logging.getLogger(__name__)
@@ -21,14 +21,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-GRACE_MARGIN_S = 5.0  # the shutdown window beyond the request timeout: an in-flight request's 504 goes out in it
+GRACE_MARGIN_S = DRAIN_EXTRA_S + 2.0  # the shutdown window beyond the request timeout: every answer goes out in it
 
 
 def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(), log_level: str = "info",
                    http: str = "auto", timeout_s: float = BatchConfig.timeout_s):
     """How `serve` runs `app` with uvicorn: on shutdown, `timeout_s` (the request timeout, `--timeout`) and
-    `GRACE_MARGIN_S` more to finish the requests in flight, each of which is answered or times out (a 504)
-    within `timeout_s`; idle connections kept `limits.keep_alive_s`, a request received whole within
+    `GRACE_MARGIN_S` more for the requests accepted, each of which is answered within `timeout_s` and
+    `batcher.DRAIN_EXTRA_S` (`DynamicBatcher.drain`); idle connections kept `limits.keep_alive_s`, a request received whole within
     `limits.receive_timeout_s` (`http`: uvicorn's HTTP implementation under that bound, "auto", "httptools"
     or "h11"), and no api key in the access log."""
     import uvicorn
@@ -44,9 +44,9 @@ def uvicorn_config(app, host: str, port: int, limits: ServeLimits = ServeLimits(
 
 
 def draining_server(config, drain: Callable[[], None]):
-    """A uvicorn server that calls `drain()` (the batchers' `drain`: queued requests answered 503, nothing
-    more taken) as shutdown begins, at SIGTERM or SIGINT, before uvicorn's graceful wait for the requests in
-    flight: without it, requests still queued when that wait ended got uvicorn's bare 500."""
+    """A uvicorn server that calls `drain()` (the batchers' `drain`: nothing more taken, and a queued request
+    that its timeout runs out on answered 503) as shutdown begins, at SIGTERM or SIGINT, before uvicorn's
+    graceful wait: without it, requests still queued when that wait ended got uvicorn's bare 500."""
     import uvicorn
 
     class DrainingServer(uvicorn.Server):
