@@ -46,7 +46,8 @@ def add_precision_arguments(g) -> None:
     """How the decoder multiplies: shared with `aiayn serve`."""
     g.add_argument("--precision", choices=PRECISION_CHOICES,
                    help="decoder arithmetic: fp32 (the model's own), bf16, or auto (bf16 where the CPU or GPU has "
-                        "native bf16, else fp32) (default: fp32)")
+                        "native bf16, else fp32); in bf16 and int8 a sentence's output can depend on what shares its "
+                        "batch (a served Multi30k model: 96 and 100 of 100 identical; fp32: all) (default: fp32)")
     g.add_argument("--quantize", choices=["int8"],
                    help="int8 weights and dynamically quantized activations in the decoder and encoder (CPU); "
                         "served with `aiayn serve --backend ctranslate2`, CTranslate2's int8 (default: off)")
