@@ -303,3 +303,12 @@ def test_a_decoder_option_applies_to_the_directories_that_take_it_and_names_the_
         assert client.post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200
     translator = next(s for s in app.state.services if s.task == "translation").pipeline.translator
     assert translator.precision == "int8"
+
+
+@pytest.mark.parametrize("body, field", [({"input": "a b", "pooling": "max"}, "pooling"), ({"input": 3}, "input"),
+                                         ({"input": "a b", "dims": 8}, "dims"),
+                                         ({"input": "a b", "encoding_format": "base64"}, "encoding_format")])
+def test_a_bad_embed_request_is_a_422_naming_its_field(task_dirs, body, field):
+    with TestClient(create_app(task_dirs["embed"])) as client:
+        response = client.post("/v1/embed", json=body)
+    assert response.status_code == 422 and response.json()["error"].startswith(field), response.text

@@ -35,6 +35,8 @@ while its request is decoded takes it out of the running search at the next step
 
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the route annotations at definition
 import contextlib
+import functools
+import importlib
 import json
 import logging
 from collections import Counter
@@ -145,7 +147,7 @@ def add_route(app, served: list, keys: KeyRing) -> None:
     from fastapi import Request
 
     first_service, first = served[0]
-    handler = getattr(first_service.pipeline, first.handler)
+    handler = handler_of(first_service.pipeline, first)
 
     async def endpoint(request: Request):
         fields = await request_fields(request, first_service.limits.max_body_bytes)
@@ -153,13 +155,23 @@ def add_route(app, served: list, keys: KeyRing) -> None:
         charged = keys.check(given_key(request, fields), texts_of(fields, route)) if route.runs_model else None
         fields.pop("api_key", None)
         try:
-            return await until_disconnected(request, answer(getattr(service.pipeline, route.handler)(fields, service)))
+            return await until_disconnected(request, answer(handler_of(service.pipeline, route)(fields, service)))
         except RequestError:  # input refused: nothing was decoded, so nothing is charged to the key
             keys.refund(charged)
             raise
 
     endpoint.__doc__ = handler.__doc__
     app.add_api_route(first.path, endpoint, methods=[first.method], summary=first.summary)
+
+
+def handler_of(pipeline, route):
+    """The coroutine `(fields, server) -> answer` of `route`: a method of the pipeline, or a function of its own
+    ("module:function", called with the pipeline first) where serve owns the route's HTTP."""
+    if ":" not in route.handler:
+        return getattr(pipeline, route.handler)
+    module, _, name = route.handler.partition(":")
+    function = getattr(importlib.import_module(module), name)
+    return functools.wraps(function)(functools.partial(function, pipeline))
 
 
 def texts_of(fields: dict, route) -> dict:

@@ -17,7 +17,7 @@ checkpoint's sentence-transformers files (`pooling_of`); without them, "cls" and
 
     Embedder.from_pretrained(DIR).embed(texts)   -> one float32 array per text
     aiayn embed MODEL                            -> one JSON array per line
-    POST /v1/embed                               -> OpenAI's embeddings response shape
+    POST /v1/embed                               -> OpenAI's embeddings response shape (`aiayn.serve.embed`)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from aiayn.models.encoder_only import EncoderOnly
 from aiayn.tasks.base import TASK_FILE, read_task_info
 from aiayn.tasks.classify import input_limit, text_inputs
 from aiayn.tasks.mlm import MLMTask
-from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts
+from aiayn.tasks.pipeline import Pipeline, Route
 
 POOLINGS = ("mean", "cls", "none")
 DEFAULT_POOLING = "cls"  # BERT's sentence summary; a sentence-transformers import says "mean" in task.json
@@ -80,7 +80,8 @@ class Embedder(Pipeline):
     array per text. A CLI output line is the JSON array of the vector (or of the token vectors)."""
 
     task, command = "embed", "embed"
-    routes = (Route("POST", "/v1/embed", "embed_route", "embed texts: one vector per text (OpenAI's response shape)", texts=("input",),
+    # the route's HTTP (OpenAI's request and response shapes) is serve's: a handler named by its import path
+    routes = (Route("POST", "/v1/embed", "aiayn.serve.embed:embed_route", "embed texts: one vector per text (OpenAI's shape)", texts=("input",),
                     example='{"input": "a text to embed"}'),)
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)
@@ -133,28 +134,6 @@ class Embedder(Pipeline):
 
     def format_line(self, given, output) -> str:
         return json.dumps(np.round(output, 6).tolist())
-
-    async def embed_route(self, fields: dict, server) -> dict:
-        """{"input": a text or a list, "pooling": "mean" | "cls", "normalize": bool} -> OpenAI's shape:
-        {"object": "list", "data": [{"object": "embedding", "index", "embedding"}], "model", "usage"}."""
-        check_fields(fields, ["input", "model", "encoding_format", "pooling", "normalize"])
-        texts = check_texts(fields.get("input"), server.limits, "input")
-        options = {}
-        if fields.get("encoding_format", "float") != "float":
-            raise RequestError("encoding_format must be 'float'")
-        if "pooling" in fields:
-            if fields["pooling"] not in ("mean", "cls"):
-                raise RequestError("pooling must be 'mean' or 'cls'")
-            options["pooling"] = fields["pooling"]
-        if "normalize" in fields:
-            if not isinstance(fields["normalize"], bool):
-                raise RequestError("normalize must be true or false")
-            options["normalize"] = fields["normalize"]
-        vectors = await server.decode(self.prepare(texts), **options)
-        n_tokens = sum(min(len(self.tokenizer.encode(t.strip())), self.max_length) + 1 for t in texts)  # + [CLS]
-        return {"object": "list", "model": str(fields.get("model", self.task)),
-                "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)],
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
 
 class EmbedTask(MLMTask):

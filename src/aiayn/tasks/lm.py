@@ -94,11 +94,13 @@ class GenerateRequest:
     stream: bool = False  # server-sent events: a piece of text at a time
 
 
-def never_unknown(pick):
+def never_unknown(pick, device):
     """`pick` that never picks <unk>: it stands for text outside the vocabulary, which a generated text cannot
     hold (it came out as a literal "<unk>"; `transformers` drops it from the text as a special token)."""
+    unknown = torch.tensor([UNK_ID], device=device)  # once, not at every token
+
     def picked(scores: torch.Tensor) -> int:
-        return pick(scores.index_fill(-1, torch.tensor([UNK_ID], device=scores.device), float("-inf")))
+        return pick(scores.index_fill(-1, unknown, float("-inf")))
     return picked
 
 
@@ -211,10 +213,11 @@ class Generator(Pipeline):
         check_choice("method", method, ("sample", "greedy"))
         check_sampling_use(method, [k for k, v in sampling.items() if v is not None])  # as Translator.settings
         config = SamplingConfig(seed=seed, **{k: v for k, v in sampling.items() if v is not None})
-        if method == "greedy":
-            return never_unknown(pick_greedy)
         device = next(self.model.parameters()).device
-        return never_unknown(pick_sample(config, torch.Generator(device=device).manual_seed(seed) if seed is not None else None))
+        if method == "greedy":
+            return never_unknown(pick_greedy, device)
+        generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+        return never_unknown(pick_sample(config, generator), device)
 
     def tokens(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
                method: str = GenerateRequest.method, seed: int | None = None,

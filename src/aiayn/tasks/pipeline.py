@@ -37,7 +37,7 @@ class Route:
 
     method: str  # "GET" | "POST"
     path: str
-    handler: str
+    handler: str  # a coroutine method of the pipeline, or "module:function" taking (pipeline, fields, server)
     summary: str = ""
     runs_model: bool = True  # it decodes: guarded by the server's api key
     texts: tuple[str, ...] = ()  # the fields an api key's character budget counts; () = every string field
