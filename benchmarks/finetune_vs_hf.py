@@ -65,7 +65,7 @@ def run_ours(args) -> dict:
     from aiayn.tasks import build_task
     from aiayn.training.config import load_config
     from aiayn.training.distributed import DistInfo
-    from aiayn.training.pipeline import evaluate_test, train
+    from aiayn.training.pipeline import train
 
     run_dir = Path(args.work) / "ours"
     cfg = load_config(RECIPE, [f'train.init_from="{args.imported}"', f'train.run_dir="{run_dir}"',
@@ -78,13 +78,13 @@ def run_ours(args) -> dict:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     valid = [r for r in rows if r.get("split") == "valid" and "accuracy" in r]
     best = max(valid, key=lambda r: r["accuracy"])
-    dev = evaluate_test(cfg)["accuracy"]  # what `aiayn train` does after training: the test split, once
-    task = build_task(cfg)  # its batches of the first epoch, for the mean batch size
+    task = build_task(cfg)  # prepared once: the test split, dev's texts and the first epoch's batches
     task.prepare(run_dir, DistInfo(), fresh=False)
+    dev = task.test(run_dir / "model", "cpu")["accuracy"]  # what `aiayn train` does after training: dev, once
     batches = task.batches(cfg.data.train_split, 0, None, True)
     return {"side": "aiayn", "updates": result.state.step, "seconds": seconds, "tune": best["accuracy"],
             "best_update": best["step"], "dev": dev, "sentences_per_update": sum(map(len, batches)) / len(batches),
-            **doors(run_dir / "model", splits(args.corpus, cfg.data.carve_fraction)["dev"][0], Path(args.work))}
+            **doors(run_dir / "model", task.read(cfg.data.test_split)[0], Path(args.work))}
 
 
 def doors(model_dir: Path, texts: list[str], work: Path) -> dict:

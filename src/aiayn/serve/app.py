@@ -41,7 +41,7 @@ import json
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull, Unavailable
 from aiayn.serve.keys import UNLIMITED, KeyRing, given_key
