@@ -92,6 +92,15 @@ def allocator_name() -> str:
     return "glibc"
 
 
+def proc_memory_mb(pid: int) -> tuple[float, float]:
+    """(resident memory, its peak) of process `pid` in MB, from /proc (VmRSS, VmHWM); NaN once it is gone."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        return float("nan"), float("nan")
+
+
 def emit_json(obj: dict) -> None:
     """Print `obj` as one line of standard JSON (the last line a --json caller reads): NaN and the
     infinities, which json.dumps would write as bare words no strict parser reads, become null."""

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from aiayn.data import TokenizerPair, load_parallel, padding_efficiency
+from aiayn.data.batching import keep_within
 from aiayn.data.corpus import CorpusError
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.synthetic import symbols, synthetic_pairs
@@ -53,7 +54,7 @@ def test_second_run_skips_tokenization_and_says_so(corpus_files, sym_pair, tmp_p
     with caplog.at_level(logging.INFO):
         second = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
     assert second.from_cache and "skipped tokenization of 50 pairs" in caplog.text
-    for a, b in [(first.src_ids, second.src_ids), (first.tgt_offsets, second.tgt_offsets)]:
+    for a, b in [(first.src_ids, second.src_ids), (first.tgt_spans, second.tgt_spans)]:
         np.testing.assert_array_equal(a, b)
     # different content or a different tokenizer -> a different key
     monkeypatch.undo()
@@ -64,15 +65,39 @@ def test_second_run_skips_tokenization_and_says_so(corpus_files, sym_pair, tmp_p
     assert len(_cache_files(tmp_path / "cache")) == 3
 
 
-def test_corrupt_cache_entry_is_rebuilt(corpus_files, sym_pair, tmp_path, caplog):
+@pytest.mark.parametrize("damage", ["truncated ids", "no meta", "other version"])
+def test_corrupt_cache_entry_is_rebuilt(corpus_files, sym_pair, tmp_path, caplog, damage):
     src, tgt, _ = corpus_files
     load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
-    (entry,) = (tmp_path / "cache" / "preprocessed").glob("*.npz")
-    entry.write_bytes(entry.read_bytes()[:100])
+    (entry,) = (tmp_path / "cache" / "preprocessed").iterdir()
+    if damage == "truncated ids":
+        (entry / "tgt_ids.npy").write_bytes((entry / "tgt_ids.npy").read_bytes()[:100])
+    elif damage == "no meta":
+        (entry / "meta.json").unlink()
+    else:
+        (entry / "meta.json").write_text('{"version": 1}')
     with caplog.at_level(logging.WARNING):
         ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
     assert not ds.from_cache and len(ds) == 50 and "ignoring bad cache entry" in caplog.text
-    assert ParallelDataset.load(entry).from_cache
+    assert ParallelDataset.load(entry).from_cache and _cache_files(tmp_path / "cache") == [entry.name]
+
+
+def test_cached_arrays_are_memory_mapped_and_subsets_share_them(corpus_files, sym_pair, tmp_path):
+    src, tgt, _ = corpus_files
+    load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
+    ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache", max_len=3)
+    assert ds.from_cache and isinstance(ds.src_ids, np.memmap) and isinstance(ds.tgt_ids, np.memmap)
+    assert 0 < len(ds) < 50 and max(ds.src_lengths.max(), ds.tgt_lengths.max()) <= 3  # spans over the mapped ids
+
+
+def test_cut_sources_is_keep_within_on_every_source(sym_pair):
+    pairs = synthetic_pairs("copy", 20, seed=3, min_len=1, max_len=9)
+    ds = ParallelDataset.from_corpus(pairs, sym_pair)
+    for keep in ("start", "end"):
+        cut, n_cut = ds.cut_sources(4, keep)
+        assert n_cut == sum(len(s.split()) > 4 for s, _ in pairs)
+        assert [cut[i][0].tolist() for i in range(20)] == [keep_within(ds[i][0].tolist(), 4, keep) for i in range(20)]
+        assert [cut[i][1].tolist() for i in range(20)] == [ds[i][1].tolist() for i in range(20)]
 
 
 def test_bad_input_leaves_no_cache_entry(corpus_files, sym_pair, tmp_path):
@@ -139,17 +164,17 @@ def test_a_file_changed_while_read_is_used_but_not_cached(corpus_files, sym_pair
     from aiayn.data import preprocess
 
     src, tgt, _ = corpus_files
-    read = preprocess.read_files
+    encode = preprocess._encode_into
 
-    def read_then_touch(files, is_tsv, strict):
-        pairs = read(files, is_tsv, strict)
+    def encode_then_touch(out, pairs, tokenizers):
+        encode(out, pairs, tokenizers)
         os.utime(src, ns=(0, 1))  # a writer comes by
-        return pairs
 
-    monkeypatch.setattr(preprocess, "read_files", read_then_touch)
+    monkeypatch.setattr(preprocess, "_encode_into", encode_then_touch)
     with caplog.at_level(logging.WARNING):
         ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
     assert len(ds) == 50 and "changed while being read: its pairs are used but not cached" in caplog.text
+    assert ds[49][1].tolist() == sym_pair.tgt.encode(tgt.read_text().splitlines()[49])
     assert _cache_files(tmp_path / "cache") == []
 
 

@@ -32,7 +32,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from aiayn.data import load_parallel, load_tokenizers, read_corpus, save_tokenizers, train_tokenizers
+    from aiayn.data import load_parallel, load_tokenizers, save_tokenizers, train_tokenizers
+    from aiayn.data.corpus import stream_corpus
     from aiayn.data.registry import REGISTRY
 
     out = Path(args.out)
@@ -49,9 +50,9 @@ def run(args) -> int:
     else:
         refuse_a_model_dir(out)
         settings = _vocabulary_settings(args)
-        train = read_corpus(args.corpus, split="train", **common)
+        train = stream_corpus(args.corpus, split="train", **common)  # read as the vocabulary trains, never whole
         refuse_no_text(train, args.corpus)
-        tokenizers = train_tokenizers(train.src, train.tgt, **settings)
+        tokenizers = train_tokenizers(*train.sides(), **settings)
         save_tokenizers(tokenizers, out)
         kind = "joint" if tokenizers.joint else "separate"
         print(f"trained {kind} {settings['model_type']} vocabulary ({tokenizers.src.vocab_size} pieces) -> {out}")
@@ -94,8 +95,9 @@ def refuse_no_text(corpus, source) -> None:
     side) is an error naming its file(s)."""
     from aiayn.data.corpus import CorpusError
 
-    if not any(t.strip() for t in corpus.src) or not any(t.strip() for t in corpus.tgt):
-        files = ", ".join(map(str, corpus.files)) or str(source)
+    src, tgt = corpus.sides()
+    if not any(t.strip() for t in src) or not any(t.strip() for t in tgt):
+        files = ", ".join(map(str, dict.fromkeys(corpus.files))) or str(source)
         raise CorpusError(f"{files}: no text to train a vocabulary on ({corpus.stats.n_read} lines read, "
                           f"{corpus.stats.n_empty} with an empty side)")
 

@@ -6,16 +6,20 @@ mark at the start of a file is dropped. Problems raise `CorpusError` naming the 
 line (a missing file raises `CorpusFileNotFound`, which is also a FileNotFoundError).
 A pair with an empty side is skipped and counted, or is an error with `strict=True`.
 Nothing is returned until a whole corpus has been read, so an error leaves no partial output.
+
+`PairStream` reads the same way a line at a time, for corpora too big to hold as text (the
+tokenizer and the vocabulary read them in chunks); `read_parallel`/`read_tsv` collect it.
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -102,18 +106,39 @@ def read_lines(path: str | Path, strip: bool = True) -> list[str]:
 
     Errors name the file and line.
     """
-    lines = read_text_file(path).split("\n")
-    if lines[-1] == "":
-        lines.pop()  # the final newline ends the last line; it does not start a new one
-    return [line.strip() if strip else line.rstrip("\r") for line in lines]
+    return list(iter_lines(path, strip))
+
+
+def iter_lines(path: str | Path, strip: bool = True) -> Iterator[str]:
+    """`read_lines` a line at a time: memory holds one line, not the file. Lines end at "\\n" only."""
+    path = _existing(path)
+    at = 0  # bytes before this line, for an error's byte offset (as `utf8_error` counts it)
+    try:
+        with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+            for number, raw in enumerate(f, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise CorpusError(f"{path}:{number}: invalid UTF-8 ({e.reason} at byte {at + e.start})") from None
+                at += len(raw)
+                line = line.removeprefix("\ufeff") if number == 1 else line
+                line = line.removesuffix("\n")
+                yield line.strip() if strip else line.rstrip("\r")
+    except (OSError, EOFError, zlib.error) as e:
+        raise CorpusError(f"{path}: cannot decompress ({e})" if path.suffix == ".gz" else f"{path}: {e}") from None
+
+
+def _existing(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.exists() or path.is_dir():  # a FIFO or /dev/stdin is read as a file is
+        raise CorpusFileNotFound(f"{path}: {'a directory, not a file' if path.is_dir() else 'file not found'}")
+    return path
 
 
 def read_text_file(path: str | Path, errors: str = "strict") -> str:
     """The whole of a UTF-8 text file (`.gz` decompressed, a BOM dropped). Errors name the file and line;
     `errors="replace"` turns invalid bytes into U+FFFD instead."""
-    path = Path(path)
-    if not path.exists() or path.is_dir():  # a FIFO or /dev/stdin is read as a file is
-        raise CorpusFileNotFound(f"{path}: {'a directory, not a file' if path.is_dir() else 'file not found'}")
+    path = _existing(path)
     try:
         data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError, zlib.error) as e:
@@ -130,22 +155,78 @@ def read_text_file(path: str | Path, errors: str = "strict") -> str:
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path, strict: bool = False) -> ParallelCorpus:
     """Read two line-aligned files."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    if len(src) != len(tgt):
-        raise CorpusError(f"line counts differ: {src_path} has {len(src)} lines, {tgt_path} has {len(tgt)}")
-    return _drop_empty(src, tgt, [Path(src_path), Path(tgt_path)], strict)
+    return PairStream((Path(src_path), Path(tgt_path)), False, strict).collect()
 
 
 def read_tsv(path: str | Path, strict: bool = False) -> ParallelCorpus:
     """Read `source<TAB>target` lines; a line without exactly one tab is an error."""
-    src, tgt = [], []
-    for i, line in enumerate(read_lines(path, strip=False), start=1):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise CorpusError(f"{path}:{i}: expected 2 tab-separated fields, found {len(fields)}")
-        src.append(fields[0].strip())
-        tgt.append(fields[1].strip())
-    return _drop_empty(src, tgt, [Path(path), Path(path)], strict)
+    return PairStream((Path(path),), True, strict).collect()
+
+
+class PairStream:
+    """The non-empty pairs of a pair of line-aligned files or of one TSV file, read a line at a time.
+
+    Iterating reads the files again from the start; afterwards `stats` counts what the last pass
+    read and skipped (pairs with an empty side; an error with `strict`). Line counts that differ,
+    or a TSV line without exactly one tab, are errors naming the file (and line)."""
+
+    def __init__(self, files: Sequence[Path], is_tsv: bool, strict: bool = False):
+        self.files, self.is_tsv, self.strict = tuple(Path(f) for f in files), is_tsv, strict
+        self.stats = CorpusStats()
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        n_read = n_empty = 0
+        for n_read, (s, t) in enumerate(self._all_pairs(), start=1):
+            if s and t:
+                yield s, t
+                continue
+            if self.strict:
+                raise CorpusError(f"{self.files[0] if not s else self.files[-1]}:{n_read}: empty line (strict mode)")
+            n_empty += 1
+        self.stats = CorpusStats(n_read=n_read, n_empty=n_empty)
+        if n_empty:
+            log.warning("skipped %d pairs with an empty side in %s", n_empty,
+                        ", ".join(sorted({str(f) for f in self.files})))
+
+    def sides(self) -> tuple["Side", "Side"]:
+        """The sources and the targets, each re-iterable on its own (a vocabulary reads them so)."""
+        return Side((self,), 0), Side((self,), 1)
+
+    def collect(self) -> ParallelCorpus:
+        src, tgt = [], []
+        for s, t in self:
+            src.append(s)
+            tgt.append(t)
+        return ParallelCorpus(src, tgt, self.stats, tuple(dict.fromkeys(self.files)))
+
+    def _all_pairs(self) -> Iterator[tuple[str, str]]:
+        if self.is_tsv:
+            path = self.files[0]
+            for i, line in enumerate(iter_lines(path, strip=False), start=1):
+                fields = line.split("\t")
+                if len(fields) != 2:
+                    raise CorpusError(f"{path}:{i}: expected 2 tab-separated fields, found {len(fields)}")
+                yield fields[0].strip(), fields[1].strip()
+            return
+        src_path, tgt_path = self.files
+        src, tgt, n = iter_lines(src_path), iter_lines(tgt_path), 0
+        for n, pair in enumerate(itertools.zip_longest(src, tgt), start=1):
+            if None in pair:
+                n_src = n - 1 + (pair[0] is not None) + sum(1 for _ in src)
+                n_tgt = n - 1 + (pair[1] is not None) + sum(1 for _ in tgt)
+                raise CorpusError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}")
+            yield pair
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the pairs of some `PairStream`s, one stream after the other; re-iterable."""
+
+    streams: tuple[PairStream, ...]
+    index: int  # 0: the sources, 1: the targets
+
+    def __iter__(self) -> Iterator[str]:
+        return (pair[self.index] for stream in self.streams for pair in stream)
 
 
 def split_files(directory: str | Path, split: str, langs: Sequence[str]) -> list[Path]:
@@ -166,22 +247,6 @@ def read_split(directory: str | Path, split: str, src_lang: str, tgt_lang: str,
     """Read `{split}.{src_lang}[.gz]` and `{split}.{tgt_lang}[.gz]` from `directory`."""
     src_path, tgt_path = split_files(directory, split, (src_lang, tgt_lang))
     return read_parallel(src_path, tgt_path, strict)
-
-
-def _drop_empty(src: list[str], tgt: list[str], files: list[Path], strict: bool) -> ParallelCorpus:
-    keep_src, keep_tgt, n_empty = [], [], 0
-    for i, (s, t) in enumerate(zip(src, tgt), start=1):
-        if s and t:
-            keep_src.append(s)
-            keep_tgt.append(t)
-            continue
-        if strict:
-            side = files[0] if not s else files[1]
-            raise CorpusError(f"{side}:{i}: empty line (strict mode)")
-        n_empty += 1
-    if n_empty:
-        log.warning("skipped %d pairs with an empty side in %s", n_empty, ", ".join(sorted({str(f) for f in files})))
-    return ParallelCorpus(keep_src, keep_tgt, CorpusStats(n_read=len(src), n_empty=n_empty), tuple(dict.fromkeys(files)))
 
 
 Source = Union[str, Path, tuple[Union[str, Path], Union[str, Path]]]
@@ -223,7 +288,14 @@ def read_corpus(source: Source, split: str = "train", langs: Optional[Sequence[s
 
 
 def read_files(files: Sequence[Path], is_tsv: bool, strict: bool = False) -> ParallelCorpus:
-    return read_tsv(files[0], strict) if is_tsv else read_parallel(files[0], files[1], strict)
+    return PairStream(files, is_tsv, strict).collect()
+
+
+def stream_corpus(source: Source, split: str = "train", langs: Optional[Sequence[str]] = None,
+                  data_dir: Optional[str | Path] = None, cache_dir: Optional[str | Path] = None,
+                  strict: bool = False) -> PairStream:
+    """`read_corpus` a pair at a time (a corpus bigger than memory, e.g. to train a vocabulary on)."""
+    return PairStream(*resolve_source(source, split, langs, data_dir, cache_dir), strict)
 
 
 def _two(langs: Optional[Sequence[str]], source) -> tuple[str, str]:

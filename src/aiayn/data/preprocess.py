@@ -1,12 +1,17 @@
-"""Tokenized parallel data as flat numpy arrays, with an on-disk cache.
+"""Tokenized parallel data as flat numpy arrays, with an on-disk cache that is memory-mapped.
 
-A `ParallelDataset` stores each side as one flat int32 id array plus offsets
-(example i is `ids[offsets[i]:offsets[i + 1]]`), which is compact and loads in
-milliseconds. `tokenize_files` caches the arrays in `{cache_dir}/preprocessed/{key}.npz`,
-where the key hashes the *contents* of the data files, the tokenizers' serialized models,
-the reading options and `CACHE_VERSION`; a second run with the same inputs loads the
-arrays instead of tokenizing, and logs that it did. Length filters are applied after the
-cache, so changing them never re-tokenizes.
+A `ParallelDataset` stores each side as one flat int32 id array plus a span per example
+(example i's source is `src_ids[src_spans[i, 0]:src_spans[i, 1]]`). Subsets, length filters and
+cut sources make new spans over the same ids, never a copy of them.
+
+`tokenize_files` reads the corpus a chunk of `CHUNK_PAIRS` pairs at a time, encodes each chunk
+(sentencepiece on every core) and streams its ids to disk, so its memory holds one chunk, not the
+corpus (WMT 2014's 4.5M pairs are about 1 GB of ids). The result is cached in
+`{cache_dir}/preprocessed/{key}/` as `.npy` files that later runs memory-map (`numpy.load(mmap_mode="r")`):
+pages are read as batches touch them. The key hashes the *contents* of the data files, the tokenizers'
+serialized models, the reading options and `CACHE_VERSION`; a second run with the same inputs loads the
+arrays instead of tokenizing, and logs that it did. Length filters are applied after the cache, so
+changing them never re-tokenizes.
 """
 
 from __future__ import annotations
@@ -14,56 +19,56 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import zipfile
 import logging
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import BinaryIO, Iterable, Optional, Sequence
 
 import numpy as np
 
-from aiayn.data.batching import Batch, TokenBucketSampler, collate, keep_within
-from aiayn.data.corpus import (
-    CorpusStats, ParallelCorpus, Source, length_filter, read_files, resolve_source,
-)
+from aiayn.data.batching import Batch, TokenBucketSampler, collate
+from aiayn.data.corpus import CorpusStats, PairStream, ParallelCorpus, Source, length_filter, resolve_source
 from aiayn.data.registry import default_cache_dir, sha256_file
 from aiayn.data.tokenizer import TokenizerPair
-from aiayn.io import atomic_write
 
 log = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: a directory of memory-mappable .npy files (1 was one .npz, loaded whole)
+CHUNK_PAIRS = 100_000  # pairs read and encoded at a time: about 30 MB of text and ids in memory
 _STATS = ("n_read", "n_empty", "n_too_long", "n_bad_ratio")
+_ARRAYS = ("src_ids", "src_spans", "tgt_ids", "tgt_spans")
 
 
 @dataclass(frozen=True, eq=False)
 class ParallelDataset:
     """Token ids of aligned pairs. `dataset[i] -> (src_ids, tgt_ids)` (int32 arrays, no BOS/EOS)."""
 
-    src_ids: np.ndarray  # (total source tokens,) int32
-    src_offsets: np.ndarray  # (N + 1,) int64
+    src_ids: np.ndarray  # (total source tokens,) int32, memory-mapped when from the cache
+    src_spans: np.ndarray  # (N, 2) int64: example i's ids are src_ids[start:end]
     tgt_ids: np.ndarray  # (total target tokens,) int32
-    tgt_offsets: np.ndarray  # (N + 1,) int64
+    tgt_spans: np.ndarray  # (N, 2) int64
     stats: CorpusStats = CorpusStats()
     from_cache: bool = False  # True when loaded from the preprocessing cache
 
     def __len__(self) -> int:
-        return len(self.src_offsets) - 1
+        return len(self.src_spans)
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if not -len(self) <= i < len(self):
             raise IndexError(f"example {i} of {len(self)}")
-        i %= len(self)  # -1 is the last, as in a list
-        return (self.src_ids[self.src_offsets[i]:self.src_offsets[i + 1]],
-                self.tgt_ids[self.tgt_offsets[i]:self.tgt_offsets[i + 1]])
+        (s0, s1), (t0, t1) = self.src_spans[i], self.tgt_spans[i]  # -1 is the last, as in a list
+        return self.src_ids[s0:s1], self.tgt_ids[t0:t1]
 
     @property
     def src_lengths(self) -> np.ndarray:
-        return np.diff(self.src_offsets)
+        return self.src_spans[:, 1] - self.src_spans[:, 0]
 
     @property
     def tgt_lengths(self) -> np.ndarray:
-        return np.diff(self.tgt_offsets)
+        return self.tgt_spans[:, 1] - self.tgt_spans[:, 0]
 
     @classmethod
     def from_corpus(cls, corpus: ParallelCorpus | Sequence[tuple[str, str]],
@@ -82,30 +87,26 @@ class ParallelDataset:
         """Already tokenized pairs (lists of ids, no BOS/EOS)."""
         if len(src) != len(tgt):
             raise ValueError(f"{len(src)} sources but {len(tgt)} targets")
-        src_ids, src_off = _flatten(src)
-        tgt_ids, tgt_off = _flatten(tgt)
-        return cls(src_ids, src_off, tgt_ids, tgt_off, stats or CorpusStats(n_read=len(src)))
+        return cls(*_flatten(src), *_flatten(tgt), stats or CorpusStats(n_read=len(src)))
 
     @classmethod
     def concat(cls, parts: Sequence["ParallelDataset"]) -> "ParallelDataset":
-        """One dataset of `parts`' examples, in order; their reading counts summed."""
+        """One dataset of `parts`' examples, in order; their reading counts summed (the ids are copied)."""
         if len(parts) == 1:
             return parts[0]
 
-        def join(ids: str, offsets: str) -> tuple[np.ndarray, np.ndarray]:
+        def join(ids: str, spans: str) -> tuple[np.ndarray, np.ndarray]:
             starts = np.cumsum([0] + [len(getattr(p, ids)) for p in parts[:-1]])
-            tails = [getattr(p, offsets)[1:] + start for p, start in zip(parts, starts)]
-            return np.concatenate([getattr(p, ids) for p in parts]), np.concatenate([np.zeros(1, np.int64), *tails])
+            return (np.concatenate([getattr(p, ids) for p in parts]),
+                    np.concatenate([getattr(p, spans) + start for p, start in zip(parts, starts)]))
 
         stats = CorpusStats(**{k: sum(getattr(p.stats, k) for p in parts) for k in _STATS})
-        return cls(*join("src_ids", "src_offsets"), *join("tgt_ids", "tgt_offsets"), stats)
+        return cls(*join("src_ids", "src_spans"), *join("tgt_ids", "tgt_spans"), stats)
 
     def subset(self, indices: np.ndarray) -> "ParallelDataset":
         """The examples at `indices` (int array) or where `indices` is True (bool mask), in order."""
         idx = np.flatnonzero(indices) if np.asarray(indices).dtype == bool else np.asarray(indices, dtype=np.int64)
-        src = _take(self.src_ids, self.src_offsets, idx)
-        tgt = _take(self.tgt_ids, self.tgt_offsets, idx)
-        return replace(self, src_ids=src[0], src_offsets=src[1], tgt_ids=tgt[0], tgt_offsets=tgt[1])
+        return replace(self, src_spans=self.src_spans[idx], tgt_spans=self.tgt_spans[idx])
 
     def filter(self, max_len: Optional[int] = None, max_ratio: Optional[float] = None) -> "ParallelDataset":
         """Drop pairs longer than `max_len` subword tokens or with length ratio > `max_ratio`."""
@@ -117,13 +118,17 @@ class ParallelDataset:
         return replace(self.subset(keep), stats=stats)
 
     def cut_sources(self, room: int, keep: str) -> tuple["ParallelDataset", int]:
-        """(this dataset with every source cut to at most `room` tokens at its `keep` end, how many were cut)."""
+        """(this dataset with every source cut to at most `room` tokens at its `keep` end, how many were cut):
+        `batching.keep_within` on every source, as spans."""
+        if keep not in ("start", "end"):
+            raise ValueError(f"keep must be 'start' or 'end', got {keep!r}")
         n_cut = int((self.src_lengths > room).sum())
         if not n_cut:
             return self, 0
-        src = [keep_within(self[i][0], room, keep) for i in range(len(self))]
-        tgt = [self[i][1] for i in range(len(self))]
-        return replace(ParallelDataset.from_ids(src, tgt, self.stats), from_cache=self.from_cache), n_cut
+        start, end = self.src_spans[:, 0], self.src_spans[:, 1]
+        spans = np.stack([start, np.minimum(end, start + room)] if keep == "start"
+                         else [np.maximum(start, end - room), end], axis=1)
+        return replace(self, src_spans=spans), n_cut
 
     def sampler(self, max_tokens: int, seed: int = 0, shuffle: bool = True, rank: int = 0,
                 world_size: int = 1, skip_overlong: bool = False, sort_by_length: bool = True) -> TokenBucketSampler:
@@ -135,28 +140,91 @@ class ParallelDataset:
     def collate(self, indices: Sequence[int]) -> Batch:
         return collate([self[i] for i in indices])
 
-    def save(self, path: str | Path) -> None:
-        """Write one `.npz` atomically (no pickle)."""
-        arrays = dict(src_ids=self.src_ids, src_offsets=self.src_offsets, tgt_ids=self.tgt_ids,
-                      tgt_offsets=self.tgt_offsets, version=np.array(CACHE_VERSION),
-                      stats=np.array([getattr(self.stats, k) for k in _STATS], dtype=np.int64))
-        with atomic_write(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+    def count(self, token: int, sample: int = 1 << 22) -> tuple[float, float]:
+        """The share of `token` among the first `sample` ids of each side (a cheap look, not a pass over all)."""
+        return tuple(float(np.count_nonzero(ids[:sample] == token)) / max(min(len(ids), sample), 1)
+                     for ids in (self.src_ids, self.tgt_ids))
+
+    def save(self, directory: str | Path) -> None:
+        """The arrays as `.npy` files and meta.json in `directory`, which appears whole or not at all."""
+        with _CacheWriter(directory) as out:
+            for name in _ARRAYS:
+                out.array(name).write(getattr(self, name))
+            out.finish(self.stats)
 
     @classmethod
-    def load(cls, path: str | Path) -> "ParallelDataset":
+    def load(cls, directory: str | Path) -> "ParallelDataset":
+        """A `save`d directory, memory-mapped (no pickle)."""
+        directory = Path(directory)
         try:
-            with np.load(path, allow_pickle=False) as z:
-                if int(z["version"]) != CACHE_VERSION:
-                    raise ValueError(f"{path}: cache version {int(z['version'])}, expected {CACHE_VERSION}")
-                stats = CorpusStats(**dict(zip(_STATS, z["stats"].tolist())))
-                ds = cls(z["src_ids"], z["src_offsets"], z["tgt_ids"], z["tgt_offsets"], stats, from_cache=True)
-        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as e:
-            raise ValueError(f"{path}: unreadable preprocessed data ({e})") from None
-        if ds.src_offsets[-1] != len(ds.src_ids) or ds.tgt_offsets[-1] != len(ds.tgt_ids) \
-                or len(ds.src_offsets) != len(ds.tgt_offsets):
-            raise ValueError(f"{path}: inconsistent preprocessed arrays")
+            meta = json.loads((directory / "meta.json").read_text())
+            if meta.get("version") != CACHE_VERSION:
+                raise ValueError(f"cache version {meta.get('version')}, expected {CACHE_VERSION}")
+            arrays = [np.load(directory / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in _ARRAYS]
+            stats = CorpusStats(**{k: int(meta["stats"][k]) for k in _STATS})
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{directory}: unreadable preprocessed data ({e})") from None
+        ds = cls(*arrays, stats, from_cache=True)
+        for ids, spans in ((ds.src_ids, ds.src_spans), (ds.tgt_ids, ds.tgt_spans)):
+            if spans.ndim != 2 or spans.shape[1:] != (2,) or len(spans) != len(ds.tgt_spans) or ids.ndim != 1 \
+                    or (len(spans) and (spans[-1, 1] != len(ids) or spans[0, 0] != 0)):
+                raise ValueError(f"{directory}: inconsistent preprocessed arrays")
         return ds
+
+
+class _ArrayFile:
+    """A 1-D or (n, 2) array written a chunk at a time: raw bytes first, a `.npy` once its length is known."""
+
+    def __init__(self, path: Path, dtype: np.dtype, width: int):
+        self.path, self.dtype, self.width, self.rows = path, np.dtype(dtype), width, 0
+        self.raw: BinaryIO = open(path.with_suffix(".raw"), "wb")
+
+    def write(self, chunk: np.ndarray) -> None:
+        self.raw.write(np.ascontiguousarray(chunk, dtype=self.dtype).tobytes())
+        self.rows += len(chunk)
+
+    def finish(self) -> None:
+        self.raw.close()
+        shape = (self.rows, self.width) if self.width > 1 else (self.rows,)
+        header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False, "shape": shape}
+        with open(self.path, "wb") as f, open(self.raw.name, "rb") as raw:
+            np.lib.format.write_array_header_1_0(f, header)
+            shutil.copyfileobj(raw, f, 1 << 24)
+        os.unlink(self.raw.name)
+
+
+class _CacheWriter:
+    """A cache directory filled in a temporary one beside it and renamed into place when finished."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.directory.name}.", dir=self.directory.parent))
+        self.files: dict[str, _ArrayFile] = {}
+
+    def __enter__(self) -> "_CacheWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for f in self.files.values():
+            f.raw.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)  # gone after a rename; what is left after an error
+
+    def array(self, name: str) -> _ArrayFile:
+        if name not in self.files:
+            spans = name.endswith("_spans")
+            self.files[name] = _ArrayFile(self.tmp / f"{name}.npy", np.int64 if spans else np.int32, 2 if spans else 1)
+        return self.files[name]
+
+    def finish(self, stats: CorpusStats, directory: Optional[Path] = None) -> None:
+        """Write the arrays' headers and meta.json, and rename the whole into place (`directory`: elsewhere)."""
+        directory = directory or self.directory
+        for f in self.files.values():
+            f.finish()
+        meta = {"version": CACHE_VERSION, "stats": {k: getattr(stats, k) for k in _STATS}}
+        (self.tmp / "meta.json").write_text(json.dumps(meta) + "\n")
+        shutil.rmtree(directory, ignore_errors=True)  # a bad entry of the same key
+        os.replace(self.tmp, directory)
 
 
 def cache_key(files: Sequence[Path], is_tsv: bool, strict: bool, tokenizers: TokenizerPair) -> str:
@@ -168,24 +236,45 @@ def cache_key(files: Sequence[Path], is_tsv: bool, strict: bool, tokenizers: Tok
 
 def tokenize_files(files: Sequence[Path], is_tsv: bool, tokenizers: TokenizerPair,
                    cache_dir: Optional[str | Path] = None, strict: bool = False) -> ParallelDataset:
-    """Read and tokenize `files` (a pair, or one TSV), or load the result from the cache."""
+    """Read and tokenize `files` (a pair, or one TSV) a chunk at a time into the cache, or load it from there."""
     stamps = [_stamp(f) for f in files]  # before the key hashes the bytes: a change after this is seen below
-    path = Path(cache_dir or default_cache_dir()) / "preprocessed" / f"{cache_key(files, is_tsv, strict, tokenizers)}.npz"
-    if path.is_file():
+    path = Path(cache_dir or default_cache_dir()) / "preprocessed" / cache_key(files, is_tsv, strict, tokenizers)
+    named = ", ".join(map(str, dict.fromkeys(files)))
+    if path.is_dir():
         try:
             ds = ParallelDataset.load(path)
-            log.info("preprocessing cache hit: skipped tokenization of %d pairs from %s (%s)",
-                     len(ds), ", ".join(map(str, dict.fromkeys(files))), path)
+            log.info("preprocessing cache hit: skipped tokenization of %d pairs from %s (%s)", len(ds), named, path)
             return ds
         except ValueError as e:
             log.warning("ignoring bad cache entry: %s; tokenizing again", e)
-    ds = ParallelDataset.from_corpus(read_files(files, is_tsv, strict), tokenizers)
-    if [_stamp(f) for f in files] != stamps:  # the key hashed other bytes than these pairs came from
-        log.warning("%s changed while being read: its pairs are used but not cached", ", ".join(map(str, files)))
-        return ds
-    ds.save(path)
-    log.info("tokenized %d pairs from %s; cached in %s", len(ds), ", ".join(map(str, dict.fromkeys(files))), path)
+    pairs = PairStream(files, is_tsv, strict)
+    with _CacheWriter(path) as out:
+        _encode_into(out, pairs, tokenizers)
+        if [_stamp(f) for f in files] == stamps:
+            out.finish(pairs.stats)
+            log.info("tokenized %d pairs from %s; cached in %s", pairs.stats.n_read - pairs.stats.n_empty, named, path)
+            return replace(ParallelDataset.load(path), from_cache=False)  # mapped, as a later run's
+        # the key hashed other bytes than these pairs came from: they are used, from a directory no key names
+        log.warning("%s changed while being read: its pairs are used but not cached", named)
+        scratch = path.with_name(f".{path.name}.uncached-{os.getpid()}")
+        out.finish(pairs.stats, scratch)
+    ds = replace(ParallelDataset.load(scratch), from_cache=False)
+    shutil.rmtree(scratch)  # the mapped arrays stay readable until the dataset goes
     return ds
+
+
+def _encode_into(out: _CacheWriter, pairs: Iterable[tuple[str, str]], tokenizers: TokenizerPair) -> None:
+    """Encode `pairs` a chunk at a time, appending each side's ids and spans to `out`."""
+    ends = {"src": 0, "tgt": 0}  # ids written so far, per side
+    it = iter(pairs)
+    while chunk := list(itertools.islice(it, CHUNK_PAIRS)):
+        for side, texts in (("src", [s for s, _ in chunk]), ("tgt", [t for _, t in chunk])):
+            ids, spans = _flatten(getattr(tokenizers, side).encode_batch(texts))
+            out.array(f"{side}_ids").write(ids)
+            out.array(f"{side}_spans").write(spans + ends[side])
+            ends[side] += len(ids)
+    for name in _ARRAYS:
+        out.array(name)  # an empty corpus still has its (empty) arrays
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -211,17 +300,8 @@ def load_parallel(
 
 
 def _flatten(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids (total,) int32, spans (N, 2) int64) of lists of ids."""
     lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32, count=int(offsets[-1]))
-    return ids, offsets
-
-
-def _take(ids: np.ndarray, offsets: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    lengths = np.diff(offsets)[idx]
-    new_offsets = np.zeros(len(idx) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_offsets[1:])
-    # (total,) position of every kept token: start of its example + rank within it
-    starts = np.repeat(offsets[idx] - new_offsets[:-1], lengths)
-    return ids[starts + np.arange(new_offsets[-1])], new_offsets
+    ends = np.cumsum(lengths)
+    ids = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32, count=int(ends[-1]) if len(ends) else 0)
+    return ids, np.stack([ends - lengths, ends], axis=1)

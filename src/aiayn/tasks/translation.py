@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 
 from aiayn.config import DECODE_METHODS
+from aiayn.data.corpus import Side, stream_corpus
 from aiayn.data.preprocess import ParallelDataset, load_parallel
 from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, form_boolean, text_events
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
@@ -329,14 +330,15 @@ class TranslationTask(Seq2SeqTask):
         data = self.data
         return (data.src_lang, *data.extra_src_langs) if split == data.train_split else (data.src_lang,)
 
-    def train_texts(self) -> tuple[list[str], list[str]]:
-        """The training text to build a vocabulary from: every source language's, and the targets."""
-        from aiayn.data.corpus import read_corpus
-
-        data, ex = self.data, self.examples(self.data.train_split)
-        more = [s for lang in data.extra_src_langs for s in read_corpus(
-            data.corpus, split=data.train_split, langs=(lang, data.tgt_lang), data_dir=data.data_dir or None).src]
-        return ex.src + more, ex.tgt
+    def train_texts(self) -> tuple[Iterable[str], Iterable[str]]:
+        """The training text to build a vocabulary from: every source language's, and the targets, read
+        from the files as the vocabulary's training goes (a WMT-sized corpus is never held as text)."""
+        data = self.data
+        if data.corpus == "synthetic":
+            return super().train_texts()
+        streams = [stream_corpus(data.corpus, data.train_split, (lang, data.tgt_lang), data.data_dir or None)
+                   for lang in self.source_langs(data.train_split)]
+        return Side(tuple(streams), 0), Side(tuple(streams[:1]), 1)
 
     def check_test_split(self) -> None:
         """The test split's files exist (found without reading them), and a corpus of one TSV file (one
