@@ -39,6 +39,7 @@ def sample(cmd: list[str], every: float, updates=lambda: None, env: dict | None 
         except subprocess.TimeoutExpired:
             rss, peak = proc_memory_mb(proc.pid)
             rows.append({"minute": (time.monotonic() - t0) / 60, "rss_mb": rss, "peak_mb": peak, "updates": updates()})
+            print("sample " + json.dumps(rows[-1]), file=sys.stderr, flush=True)  # kept if the run is cut short
     return rows, proc.returncode
 
 

@@ -1,12 +1,16 @@
-"""`aiayn.runtime.keep_freed_memory`: a large freed tensor stays in the process for reuse (so the next one
-is not mmapped and page-faulted afresh); by default glibc hands it back. Each case runs in its own process:
-malloc settings are process-wide."""
+"""`aiayn.runtime`'s process settings for commands. `keep_freed_memory`: a large freed tensor stays in the
+process for reuse (so the next one is not mmapped and page-faulted afresh); by default glibc hands it back.
+Each case runs in its own process: malloc settings are process-wide. `bound_onednn_caches`: the oneDNN
+cache sizes a command sets, where the user has not."""
 
+import os
 import platform
 import subprocess
 import sys
 
 import pytest
+
+from aiayn.runtime import ONEDNN_CACHE_CAPACITY, bound_onednn_caches
 
 PROBE = """
 import os, sys, torch
@@ -93,3 +97,11 @@ def test_count_cuda_syncs_counts_the_warned_waits_and_puts_the_mode_back(monkeyp
     with pytest.raises(ZeroDivisionError):
         count_cuda_syncs(lambda: 1 / 0)
     assert mode["now"] == "error"
+
+
+def test_onednn_caches_are_bounded_unless_the_user_set_them(monkeypatch):
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "7")
+    bound_onednn_caches()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == ONEDNN_CACHE_CAPACITY
+    assert os.environ["LRU_CACHE_CAPACITY"] == "7"  # the user's

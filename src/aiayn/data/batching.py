@@ -108,19 +108,20 @@ class TokenBucketSampler:
         return batches
 
 
-def _pack(order: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int) -> list[list[int]]:
-    """Greedy packing of `order` (sorted by length) under the cost of the module docstring."""
-    batches, current, max_s, max_t = [], [], 0, 0
-    for i, s, t in zip(order.tolist(), src_lens[order].tolist(), tgt_lens[order].tolist()):
-        new_s, new_t = max(max_s, s), max(max_t, t)
-        if current and (len(current) + 1) * (new_s + new_t) > max_tokens:
-            batches.append(current)
-            current, new_s, new_t = [], s, t
-        current.append(i)
-        max_s, max_t = new_s, new_t
-    if current:
-        batches.append(current)
-    return batches
+def _pack(order: np.ndarray, src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int,
+          chunk: int = 1 << 16) -> list[list[int]]:
+    """Greedy packing of `order` (sorted by length) under the cost of the module docstring. The lengths are
+    walked `chunk` at a time: a WMT-sized epoch never holds its lengths as Python ints all at once."""
+    starts, n, max_s, max_t = [0], 0, 0, 0  # starts: where each batch begins in `order`
+    for at in range(0, len(order), chunk):
+        part = order[at:at + chunk]
+        for k, (s, t) in enumerate(zip(src_lens[part].tolist(), tgt_lens[part].tolist()), start=at):
+            new_s, new_t = max(max_s, s), max(max_t, t)
+            if n and (n + 1) * (new_s + new_t) > max_tokens:
+                starts.append(k)
+                n, new_s, new_t = 0, s, t
+            n, max_s, max_t = n + 1, new_s, new_t
+    return [b.tolist() for b in np.split(order, starts[1:])] if len(order) else []
 
 
 def _split_to_multiple(batches: list[list[int]], k: int, rng: np.random.Generator | None = None) -> list[list[int]]:
