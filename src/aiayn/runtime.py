@@ -104,6 +104,18 @@ def keep_freed_memory() -> bool:
     return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))  # a C int
 
 
+def release_freed_memory() -> bool:
+    """Hand the memory that is free inside the process back to the system (glibc's `malloc_trim`): after
+    a step that peaks and is done, such as training a vocabulary (sentencepiece holds its whole sample), so
+    the next step does not stack its own peak on the residue. False where glibc is not the C library."""
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    return bool(ctypes.CDLL(None).malloc_trim(0))
+
+
 ONEDNN_CACHE_CAPACITY = "64"  # primitives kept per process (oneDNN's default: 1,024)
 
 

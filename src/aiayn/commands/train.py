@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import Optional
 
 HELP = "train a model from a TOML config (recipes/*.toml), or resume a run"
 
@@ -101,7 +102,12 @@ def _test(cfg, evaluate_test) -> None:
 
     # delay: no bar for a test over within a second, or one that reports no progress (a language model's)
     with tqdm(unit="sent", desc="test", file=sys.stderr, disable=not cfg.train.progress, delay=1.0) as bar:
-        test = evaluate_test(cfg, progress=bar.update)
+        def update(n: int, total: Optional[int] = None) -> None:  # a task that knows its size gives it: an estimate
+            if total is not None and bar.total != total:
+                bar.total = total
+            bar.update(n)
+
+        test = evaluate_test(cfg, progress=update)
     if test is not None:
         scores = test.get("detail") or json.dumps({k: v for k, v in test.items() if k not in _TEST_META})
         search = f" (beam {test['beam_size']}, alpha {test['length_penalty']})" if test.get("beam_size") else ""

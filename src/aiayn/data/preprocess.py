@@ -115,7 +115,7 @@ class ParallelDataset:
         keep, n_long, n_ratio = length_filter(self.src_lengths, self.tgt_lengths, max_len, max_ratio)
         stats = replace(self.stats, n_too_long=self.stats.n_too_long + n_long,
                         n_bad_ratio=self.stats.n_bad_ratio + n_ratio)
-        return replace(self.subset(keep), stats=stats)
+        return replace(self.subset(keep) if n_long or n_ratio else self, stats=stats)
 
     def cut_sources(self, room: int, keep: str) -> tuple["ParallelDataset", int]:
         """(this dataset with every source cut to at most `room` tokens at its `keep` end, how many were cut):

@@ -22,6 +22,7 @@ from torch import nn
 
 from aiayn.data.tokenizer import TOKENIZER_DIR
 from aiayn.io import read_json_object
+from aiayn.runtime import release_freed_memory
 from aiayn.training.distributed import DistInfo
 from aiayn.training.loss import LossSums
 
@@ -66,8 +67,9 @@ class Task(Protocol):
     def validate(self, model: nn.Module) -> dict[str, float]:
         """Metrics beyond the loss (e.g. BLEU); {} for none."""
 
-    def test(self, model_dir: Path, device, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
-        """Scores of a finished model on the test split, or None when the recipe names none."""
+    def test(self, model_dir: Path, device, progress: Optional[Callable[..., None]] = None) -> Optional[dict]:
+        """Scores of a finished model on the test split, or None when the recipe names none. `progress(n)`
+        after each n examples, or `progress(n, total)` where the task knows how many there are."""
 
     # -- inference: the entry point ---------------------------------------------------------
     def save_extras(self, model_dir: Path) -> None:
@@ -95,6 +97,7 @@ def run_tokenizers(data, run_dir: Path, dist: DistInfo, fresh: bool, build: Call
     if dist.is_main and (fresh or not (directory / "tokenizer.json").is_file()):
         t = time.monotonic()
         save_tokenizers(build(), directory)
+        release_freed_memory()  # what the vocabulary's training held, before the corpus is tokenized
         log.info("vocabulary built in %.1f s -> %s", time.monotonic() - t, directory)
     if dist.enabled:
         torch.distributed.barrier()

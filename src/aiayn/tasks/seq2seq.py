@@ -282,9 +282,9 @@ class Seq2SeqTask:
         hyps = self.translator(model).translate(self.valid_examples.src, method="greedy")
         return self.scores(hyps, self.valid_examples)
 
-    def test(self, model_dir: Path, device, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
+    def test(self, model_dir: Path, device, progress: Optional[Callable[..., None]] = None) -> Optional[dict]:
         """`report` of the model in `model_dir` on `data.test_split`, decoded with `[decode]` through
-        the task's pipeline (the door every user goes through). Writes test.hyp and test_scores.json
+        the task's pipeline (the door every user goes through); `progress(n, total)` after each n sentences. Writes test.hyp and test_scores.json
         beside `model_dir`. None without a test split."""
         if not self.data.test_split:
             return None
@@ -294,7 +294,9 @@ class Seq2SeqTask:
         cut = pipeline.count_cut(ex.src)
         self.drops.note(split, "truncated", cut, len(ex.src), f"sources over {pipeline.translator.max_input_tokens} "
                                                              f"tokens, the {pipeline.translator.keep} kept")
-        hyps = pipeline.run(ex.src, progress=progress)
+        log.info("test: decoding the %d sentences of %s with %s (data.test_split = \"\" skips it)", len(ex.src), split,
+                 f"beam {self.cfg.decode.beam_size}" if self.cfg.decode.method == "beam" else self.cfg.decode.method)
+        hyps = pipeline.run(ex.src, progress=progress and (lambda n: progress(n, len(ex.src))))
         result = {"split": split, **self.report(hyps, ex), "beam_size": self.cfg.decode.beam_size,
                   "length_penalty": self.cfg.decode.length_penalty, "n_sentences": len(hyps),
                   "dropped": self.drops.of(split), "dropped_elsewhere": self.drops.besides(split),

@@ -299,7 +299,7 @@ def resume_config(run_dir: str | Path, overrides: Sequence[str] = ()) -> TrainCo
     return load_config(path, [string_override("train.run_dir", run_dir), *overrides])
 
 
-def evaluate_test(cfg: TrainConfig, progress: Optional[Callable[[int], None]] = None) -> Optional[dict]:
+def evaluate_test(cfg: TrainConfig, progress: Optional[Callable[..., None]] = None) -> Optional[dict]:
     """The task's test scores of run_dir/model (e.g. sacreBLEU with the `[decode]` settings)."""
     task = build_task(cfg)
     model_dir = Path(cfg.train.run_dir) / ckpt.MODEL_DIR
