@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from aiayn.data.corpus import (
-    CorpusError, CorpusFileNotFound, length_filter, read_lines, read_parallel, read_split, read_tsv,
+    CorpusError, CorpusFileNotFound, PairStream, length_filter, read_lines, read_parallel, read_split, read_text_file,
+    read_tsv,
 )
 
 
@@ -28,11 +29,30 @@ def test_pair_normalises_crlf_and_edge_whitespace(tmp_path, gz):
     assert c.stats.n_read == 3 and c.stats.n_kept == 3
 
 
-def test_line_count_mismatch_names_both_files_and_counts(tmp_path):
-    src = write(tmp_path / "a.en", "1\n2\n3\n")
-    tgt = write(tmp_path / "a.de", "1\n2\n")
-    with pytest.raises(CorpusError, match=r"a\.en has 3 lines, .*a\.de has 2"):
+@pytest.mark.parametrize("lines", [(3, 2), (2, 3), (1, 4)])
+def test_line_count_mismatch_names_both_files_and_counts(tmp_path, lines):
+    src = write(tmp_path / "a.en", "x\n" * lines[0])
+    tgt = write(tmp_path / "a.de", "y\n" * lines[1])
+    with pytest.raises(CorpusError, match=rf"a\.en has {lines[0]} lines, .*a\.de has {lines[1]}"):
         read_parallel(src, tgt)
+
+
+@pytest.mark.parametrize("text", ["\ufeffa \r\n\n b\u2028c\r\r\nlast", "", "\n", "one\n\n", "x\x85y\n\ttab"])
+def test_streamed_lines_are_the_lines_of_the_whole_file(tmp_path, text):
+    path = write(tmp_path / "t.txt", text)
+    whole = read_text_file(path).split("\n")
+    whole = whole[:-1] if whole[-1] == "" else whole
+    assert read_lines(path, strip=False) == [line.rstrip("\r") for line in whole]
+    assert read_lines(path) == [line.strip() for line in whole]
+
+
+def test_a_pair_stream_reads_again_at_each_pass_and_counts(tmp_path):
+    src = write(tmp_path / "a.en", "a\n\nc\n")
+    tgt = write(tmp_path / "a.de", "x\ny\nz\n")
+    stream = PairStream((src, tgt), is_tsv=False)
+    sources, targets = stream.sides()
+    assert list(sources) == list(sources) == ["a", "c"] and list(targets) == ["x", "z"]
+    assert stream.stats.n_read == 3 and stream.stats.n_empty == 1
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):
