@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from aiayn.runtime import native_bf16
+from shared_data import SHARED_DATA
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -593,3 +594,19 @@ def test_nanogpt_side_by_side_runs_a_length_nanogpt_does_not_save_at(tmp_path):
         pytest.skip("../shared/peers/nanogpt is not beside the checkout")
     result = _last_json_line("lm_vs_nanogpt.py", "--iters", "60", "--json")
     assert [(row["iters"], row["checkpoint_iter"]) for row in result["rows"]] == [(60, 60), (60, 60)]
+
+
+@pytest.mark.skipif(not (SHARED_DATA / "multi30k" / "train.en.gz").is_file(), reason="needs ../shared/data/multi30k")
+def test_data_scale_prints_its_table(tmp_path):
+    out = _last_json_line("data_scale.py", "--sizes", "300", "--vocab-size", "600", "--loader-seconds", "0.1",
+                          "--work-dir", str(tmp_path), "--json")
+    (row,) = out["rows"]
+    assert row["pairs"] == row["kept_pairs"] == 300 and row["ids_mb"] > 0 and row["cold_peak_mb"] > 0
+    assert row["tokenize_s"] >= 0 and row["warm_to_first_batch_s"] >= 0 and not list(tmp_path.iterdir())
+
+
+def test_train_memory_prints_its_table():
+    out = _last_json_line("train_memory.py", "--peer", "--config", "tiny", "--precision", "fp32", "--minutes", "0.05",
+                          "--every", "0.5", "--max-tokens", "300", "--json")
+    for side in ("ours", "torch"):
+        assert out[side]["status"] == 0 and out[side]["rows"] and out[side]["peak_mb"] > 0

@@ -184,3 +184,15 @@ def test_an_index_counts_from_the_end_as_a_list_does(sym_pair):
     for bad in (2, -3):
         with pytest.raises(IndexError):
             ds[bad]
+
+
+def test_saving_where_an_entry_is_keeps_a_good_one_and_replaces_a_bad_one(sym_pair, tmp_path):
+    """Ranks or runs that tokenize the same corpus at once: the first finished entry stays for its readers."""
+    first = ParallelDataset.from_corpus([("a", "b")], sym_pair)
+    first.save(tmp_path / "entry")
+    ParallelDataset.from_corpus([("a b", "c")], sym_pair).save(tmp_path / "entry")
+    assert ParallelDataset.load(tmp_path / "entry")[0][0].tolist() == first[0][0].tolist()
+    (tmp_path / "entry" / "meta.json").write_text("{}")  # now a bad entry
+    ParallelDataset.from_corpus([("a b", "c")], sym_pair).save(tmp_path / "entry")
+    assert len(ParallelDataset.load(tmp_path / "entry")[0][0]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry"]  # no temporary directory left

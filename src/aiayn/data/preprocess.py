@@ -223,8 +223,23 @@ class _CacheWriter:
             f.finish()
         meta = {"version": CACHE_VERSION, "stats": {k: getattr(stats, k) for k in _STATS}}
         (self.tmp / "meta.json").write_text(json.dumps(meta) + "\n")
-        shutil.rmtree(directory, ignore_errors=True)  # a bad entry of the same key
-        os.replace(self.tmp, directory)
+        try:
+            os.rename(self.tmp, directory)  # atomic; refused where a non-empty directory is in the way
+        except OSError:
+            self._replace(directory)
+
+    def _replace(self, directory: Path) -> None:
+        """Put this entry where another is: a finished one of another process stays (its readers keep it);
+        a bad one is moved aside, then removed."""
+        try:
+            ParallelDataset.load(directory)
+            return  # this entry, left in the temporary directory, goes at __exit__
+        except ValueError:
+            pass
+        aside = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old.", dir=directory.parent))
+        os.rename(directory, aside / "entry")
+        os.rename(self.tmp, directory)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def cache_key(files: Sequence[Path], is_tsv: bool, strict: bool, tokenizers: TokenizerPair) -> str:

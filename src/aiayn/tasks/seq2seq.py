@@ -48,7 +48,7 @@ from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, w
 from aiayn.tasks.pipeline import Pipeline, RequestError, check_texts
 from aiayn.tasks.settings import TextPairSettings
 from aiayn.training.config import TrainConfig
-from aiayn.training.distributed import DistInfo
+from aiayn.training.distributed import DistInfo, main_first
 from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,9 @@ class Seq2SeqTask:
         data, t = self.data, time.monotonic()
         self.check_test_split()
         self.tokenizers = self._tokenizers(run_dir, dist, fresh)
-        full = self.dataset(data.train_split)
+        with main_first(dist):  # rank 0 tokenizes into the cache; the others load what it wrote
+            full = self.dataset(data.train_split)
+            valid = self.dataset(data.valid_split) if data.valid_split else None
         warn_unknown(full, f"{data.corpus} split {data.train_split!r}", data.tokenizer)
         self.train_set = full.filter(max_len=data.max_length)
         self.drops.note(data.train_split, "too_long", len(full) - len(self.train_set), len(full),
@@ -145,7 +147,7 @@ class Seq2SeqTask:
             raise ValueError(f"no usable training pairs in {data.corpus} split {data.train_split!r} "
                              f"(all empty, or longer than data.max_length = {data.max_length})")
         if data.valid_split:
-            self.valid_set = self.dataset(data.valid_split)
+            self.valid_set = valid
             self.valid_examples = self.valid_subset(self.examples(data.valid_split), data.valid_max_sentences)
         log.info("data ready in %.1f s: %d training pairs, %d validation", time.monotonic() - t,
                  len(self.train_set), len(self.valid_set) if self.valid_set is not None else 0)

@@ -7,9 +7,11 @@ numbers (`process_group_backend`). Only rank 0 writes files.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 import torch.distributed as dist
@@ -55,6 +57,17 @@ def init_from_env(device_type: str) -> DistInfo:
         dist.init_process_group(backend=backend)
         log.info("rank %d/%d joined the %s process group", info.rank, world, backend)
     return info
+
+
+@contextlib.contextmanager
+def main_first(info: DistInfo) -> Iterator[None]:
+    """Rank 0 runs the block first, the other ranks after it (e.g. rank 0 tokenizes a corpus into the cache,
+    the others then load it). A no-op in a single process."""
+    if info.enabled and not info.is_main:
+        dist.barrier()
+    yield
+    if info.enabled and info.is_main:
+        dist.barrier()
 
 
 def wrap_ddp(model: torch.nn.Module, device: torch.device, unused_parameters: bool = False):
