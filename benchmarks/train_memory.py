@@ -7,7 +7,8 @@ the growth after `--settled` minutes (a flat run grows by about nothing after it
 
 `--peer` instead trains `benchmarks/train_throughput.py`'s loop on Multi30k-length batches (a new
 shape nearly every step, as token bucketing gives) for `--minutes`, ours and `nn.Transformer` each in
-a process of their own, so the two models' memory is compared under the same loop.
+a process of their own with the process settings `aiayn train` makes (`runtime.keep_freed_memory`,
+`runtime.bound_onednn_caches`), so the two models' memory is compared under the same loop.
 
     python benchmarks/train_memory.py recipes/multi30k-de-en-copy.toml --every 60
     python benchmarks/train_memory.py recipes/multi30k-de-en-copy.toml --set train.max_minutes=3 --every 10
@@ -85,6 +86,10 @@ def loop(args) -> int:
     import torch
 
     import train_throughput as tt
+    from aiayn.runtime import bound_onednn_caches, keep_freed_memory
+
+    keep_freed_memory()  # the process settings `aiayn train` makes, for both models
+    bound_onednn_caches()
 
     cfg = tt.model_config(args.config)
     model = tt.Transformer(cfg) if args.loop == "ours" else tt.TorchReference(cfg)

@@ -140,7 +140,7 @@ class ParallelDataset:
     def collate(self, indices: Sequence[int]) -> Batch:
         return collate([self[i] for i in indices])
 
-    def count(self, token: int, sample: int = 1 << 22) -> tuple[float, float]:
+    def share(self, token: int, sample: int = 1 << 22) -> tuple[float, float]:
         """The share of `token` among the first `sample` ids of each side (a cheap look, not a pass over all)."""
         return tuple(float(np.count_nonzero(ids[:sample] == token)) / max(min(len(ids), sample), 1)
                      for ids in (self.src_ids, self.tgt_ids))

@@ -319,7 +319,7 @@ def warn_unknown(ids: ParallelDataset, what: str, tokenizer: str = "") -> None:
     """Log a warning when more than UNKNOWN_WARNING of either side's tokens (the first 4M) are <unk>: a vocabulary
     trained on other text (`data.tokenizer` of another run) turns a corpus into <unk>s, and the model then
     learns to write nothing."""
-    for side, share in zip(("source", "target"), ids.count(UNK_ID)):
+    for side, share in zip(("source", "target"), ids.share(UNK_ID)):
         if share > UNKNOWN_WARNING:
             log.warning("%s: %.1f%% of the %s tokens are <unk>; the vocabulary (%s) does not cover this text",
                         what, 100 * share, side, f"data.tokenizer = {tokenizer}" if tokenizer else "trained here")
