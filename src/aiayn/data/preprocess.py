@@ -190,6 +190,8 @@ class _ArrayFile:
         with open(self.path, "wb") as f, open(self.raw.name, "rb") as raw:
             np.lib.format.write_array_header_1_0(f, header)
             shutil.copyfileobj(raw, f, 1 << 24)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the directory is renamed into place
         os.unlink(self.raw.name)
 
 

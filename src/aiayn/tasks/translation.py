@@ -27,7 +27,7 @@ from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts,
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
-__all__ = ["TranslationData", "TranslationTask", "TranslationPipeline", "read_text"]
+__all__ = ["TranslationData", "TranslationTask", "TranslationPipeline"]
 
 
 @dataclass(frozen=True)
