@@ -7,8 +7,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aiayn.tasks.classify import text_inputs
-from aiayn.tasks.pipeline import RequestError, check_texts
+from aiayn.tasks import RequestError, check_texts
 
 
 class EmbedRequest(BaseModel):
@@ -33,8 +32,9 @@ async def embed_route(pipeline, fields: dict, server) -> dict:
         raise RequestError(f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}") from None
     texts = check_texts(request.input, server.limits, "input")
     options = {k: v for k, v in (("pooling", request.pooling), ("normalize", request.normalize)) if v is not None}
-    vectors = await server.decode(pipeline.prepare(texts), **options)
-    n_tokens = sum(len(ids) + 1 for ids in text_inputs(pipeline.tokenizer, texts, pipeline.max_length))  # + [CLS]
+    inputs = pipeline.prepare(texts)  # token ids, counted below as the model reads them
+    vectors = await server.decode(inputs, **options)
+    n_tokens = sum(len(ids) + 1 for ids in inputs)  # + [CLS]
     return {"object": "list", "model": request.model or pipeline.task,
             "data": [{"object": "embedding", "index": i, "embedding": v.tolist()} for i, v in enumerate(vectors)],
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}

@@ -18,7 +18,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 from aiayn.config import ConfigError
-from aiayn.tasks.pipeline import InputLimits, Pipeline, RequestError, Route, one_line  # what every door speaks
+from aiayn.tasks.pipeline import (  # what every door speaks
+    InputLimits, Pipeline, RequestError, Route, check_texts, one_line,
+)
 
 TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", imported on first use
     "translation": "aiayn.tasks.translation:TranslationTask",
@@ -111,4 +113,4 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
 
 
 __all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "checkpoint_task_info", "load_pipeline", "InputLimits", "Pipeline",
-           "RequestError", "Route", "one_line", "read_task_info", "write_task_info"]
+           "RequestError", "Route", "check_texts", "one_line", "read_task_info", "write_task_info"]

@@ -105,12 +105,17 @@ class Embedder(Pipeline):
         limit = input_limit(info, model_dir, model.config.max_positions) if max_input_tokens is None else max_input_tokens
         return cls(model, load_tokenizers(model_dir).src, limit, pooling, normalize)
 
-    def run(self, texts: list[str], progress=None, batch_size: int = 64, pooling: Optional[str] = None,
+    def prepare(self, texts: Sequence[str]) -> list[list[int]]:
+        """Texts -> the token ids the encoder reads (cut to `max_length`; [CLS] is the model's own)."""
+        return text_inputs(self.tokenizer, texts, self.max_length)
+
+    def run(self, inputs: list[list[int]], progress=None, batch_size: int = 64, pooling: Optional[str] = None,
             normalize: Optional[bool] = None) -> list[np.ndarray]:
+        """One vector (or token-vector array) per prepared input."""
         pooling = self.pooling if pooling is None else pooling
         normalize = self.normalize if normalize is None else normalize
         check_choice("pooling", pooling, POOLINGS)
-        vectors = self.states(text_inputs(self.tokenizer, texts, self.max_length), pooling, progress, batch_size)
+        vectors = self.states(inputs, pooling, progress, batch_size)
         if normalize and pooling != "none":
             vectors = [v / max(float(np.linalg.norm(v)), 1e-12) for v in vectors]
         return vectors
@@ -130,7 +135,7 @@ class Embedder(Pipeline):
 
     def embed(self, texts: Sequence[str], pooling: Optional[str] = None, normalize: Optional[bool] = None,
               batch_size: int = 64) -> list[np.ndarray]:
-        return self.run(list(texts), batch_size=batch_size, pooling=pooling, normalize=normalize)
+        return self.run(self.prepare(texts), batch_size=batch_size, pooling=pooling, normalize=normalize)
 
     def format_line(self, given, output) -> str:
         return json.dumps(np.round(output, 6).tolist())
