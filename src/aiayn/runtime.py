@@ -123,8 +123,9 @@ def bound_onednn_caches() -> None:
     """Keep oneDNN's primitive cache (and ideep's, beside it) to ONEDNN_CACHE_CAPACITY entries. bf16 matmuls
     on the CPU run through oneDNN, which builds and caches a primitive, with its own buffers, for every new
     shape; token-bucketed batches bring a new shape nearly every update, so a training run's memory grew by
-    gigabytes (recipes/multi30k-de-en-copy.toml: 6.7 GB after 2.5 minutes, 7.8 GB after 8.5, and growing;
-    `benchmarks/train_memory.py`). With 64 it stays near 2.7 GB and updates are no slower. A value the user
+    gigabytes (recipes/multi30k-de-en-copy.toml over its 30 minutes: 4.0 GB at minute 1, 9.5 GB at 30, still
+    growing; with 64: 2.1 GB, then flat at 2.6 GB, and 1,173 updates instead of 1,034; `benchmarks/train_memory.py`,
+    docs/results.md). A value the user
     set in the environment wins. Read when oneDNN makes its first primitive: call it before the first bf16
     op. For commands (the process is theirs), not for library code."""
     for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):

@@ -83,11 +83,14 @@ def test_corrupt_cache_entry_is_rebuilt(corpus_files, sym_pair, tmp_path, caplog
 
 
 def test_cached_arrays_are_memory_mapped_and_subsets_share_them(corpus_files, sym_pair, tmp_path):
-    src, tgt, _ = corpus_files
+    src, tgt, pairs = corpus_files
     load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache")
     ds = load_parallel((src, tgt), sym_pair, cache_dir=tmp_path / "cache", max_len=3)
     assert ds.from_cache and isinstance(ds.src_ids, np.memmap) and isinstance(ds.tgt_ids, np.memmap)
-    assert 0 < len(ds) < 50 and max(ds.src_lengths.max(), ds.tgt_lengths.max()) <= 3  # spans over the mapped ids
+    kept = [(s, t) for s, t in pairs if len(s.split()) <= 3 and len(t.split()) <= 3]  # spans over the mapped ids
+    assert 0 < len(ds) == len(kept) < 50
+    assert [(a.tolist(), b.tolist()) for a, b in (ds[i] for i in range(len(ds)))] == \
+           [(sym_pair.src.encode(s), sym_pair.tgt.encode(t)) for s, t in kept]
 
 
 def test_cut_sources_is_keep_within_on_every_source(sym_pair):

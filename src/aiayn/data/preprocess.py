@@ -119,9 +119,7 @@ class ParallelDataset:
 
     def cut_sources(self, room: int, keep: str) -> tuple["ParallelDataset", int]:
         """(this dataset with every source cut to at most `room` tokens at its `keep` end, how many were cut):
-        `batching.keep_within` on every source, as spans."""
-        if keep not in ("start", "end"):
-            raise ValueError(f"keep must be 'start' or 'end', got {keep!r}")
+        `batching.keep_within` on every source, as spans (`keep`: a task's, "start" or "end")."""
         n_cut = int((self.src_lengths > room).sum())
         if not n_cut:
             return self, 0

@@ -147,20 +147,20 @@ def add_route(app, served: list, keys: KeyRing) -> None:
     from fastapi import Request
 
     first_service, first = served[0]
-    handler = handler_of(first_service.pipeline, first)
+    handlers = [(service, route, handler_of(service.pipeline, route)) for service, route in served]  # resolved once
 
     async def endpoint(request: Request):
         fields = await request_fields(request, first_service.limits.max_body_bytes)
-        service, route = next(((s, r) for s, r in served if s.pipeline.accepts(fields)), served[0])
+        service, route, handler = next((h for h in handlers if h[0].pipeline.accepts(fields)), handlers[0])
         charged = keys.check(given_key(request, fields), texts_of(fields, route)) if route.runs_model else None
         fields.pop("api_key", None)
         try:
-            return await until_disconnected(request, answer(handler_of(service.pipeline, route)(fields, service)))
+            return await until_disconnected(request, answer(handler(fields, service)))
         except RequestError:  # input refused: nothing was decoded, so nothing is charged to the key
             keys.refund(charged)
             raise
 
-    endpoint.__doc__ = handler.__doc__
+    endpoint.__doc__ = handlers[0][2].__doc__
     app.add_api_route(first.path, endpoint, methods=[first.method], summary=first.summary)
 
 
