@@ -24,11 +24,11 @@ def test_a_vocabulary_no_memory_holds_is_counted_not_allocated(capsys):
 
 
 def test_generate_help_names_the_pipelines_own_defaults():
-    """`aiayn generate`'s flags default to None (the pipeline's GenerateRequest decides); their help says
+    """`aiayn generate`'s flags default to None (the pipeline's GenerateOptions decides); their help says
     what that is, and must keep saying it."""
     import re
 
-    from aiayn.tasks.lm import GenerateRequest
+    from aiayn.tasks.lm import GenerateOptions
 
     from cli_parsers import subcommand
 
@@ -36,4 +36,4 @@ def test_generate_help_names_the_pipelines_own_defaults():
     for dest in ("max_new_tokens", "method"):
         assert helps[dest].default is None
         assert re.search(r"default: the pipeline's, (\S+)\)", helps[dest].help).group(1) == str(
-            getattr(GenerateRequest(), dest))
+            getattr(GenerateOptions(), dest))

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
 from aiayn.tasks import load_pipeline  # noqa: E402
-from aiayn.tasks.translation import NativeRequest  # noqa: E402
+from aiayn.serve.routes.translation import TranslateRequest  # noqa: E402
 
 SENTENCE = "a b c d"
 
@@ -118,11 +118,11 @@ def test_native_api_keeps_the_models_decoding_settings_for_fields_left_out(clien
         got = client.post("/v1/translate", json={"text": [SENTENCE], **fields}).json()["translations"][0]
         assert got["text"] == pipeline.run([SENTENCE], **fields)[0]
     # this random model runs to its limit, so min_len cannot show in an output: the options the route passes on
-    given = NativeRequest.read({"text": [SENTENCE], "min_len": 4, "beam_size": 2}, ServeLimits()).decode_options()
+    given = TranslateRequest(text=[SENTENCE], min_len=4, beam_size=2).decode_options()
     assert given == {"beam_size": 2, "min_len": 4}
     decode, _ = pipeline.translator.settings(given)
     assert (decode.method, decode.beam_size, decode.min_len) == ("beam", 2, 4)  # a beam_size alone asks for beam search
-    greedy = NativeRequest.read({"text": [SENTENCE], "method": "greedy", "beam_size": 2}, ServeLimits()).decode_options()
+    greedy = TranslateRequest(text=[SENTENCE], method="greedy", beam_size=2).decode_options()
     assert pipeline.translator.settings(greedy)[0].method == "greedy"
     refused = client.post("/v1/translate", json={"text": [SENTENCE], "min_len": -1})
     assert refused.status_code == 422 and "min_len must be" in refused.json()["error"]
@@ -306,7 +306,7 @@ def test_a_decoder_option_applies_to_the_directories_that_take_it_and_names_the_
 
 
 @pytest.mark.parametrize("body, field", [({"input": "a b", "pooling": "max"}, "pooling"), ({"input": 3}, "input"),
-                                         ({"input": "a b", "dims": 8}, "dims"),
+                                         ({"input": "a b", "dims": 8}, "unknown field(s) dims"),
                                          ({"input": "a b", "encoding_format": "base64"}, "encoding_format")])
 def test_a_bad_embed_request_is_a_422_naming_its_field(task_dirs, body, field):
     with TestClient(create_app(task_dirs["embed"])) as client:

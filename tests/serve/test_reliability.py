@@ -1,6 +1,7 @@
 """`aiayn serve` under hostile or careless input (issue 33): a 4xx with a short message, never a 500,
 a traceback or an echo of the whole input; slow clients cut off; /metrics counting what went wrong."""
 
+import dataclasses
 import json
 import re
 import select
@@ -186,15 +187,17 @@ def test_a_validation_error_echoes_a_short_input_and_a_float_json_cannot_write(t
 
 # -- item 11: /metrics counts the 4xx and 5xx answers -----------------------------------------
 def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
+    from aiayn.serve.routes import translation as routes
     from aiayn.tasks.translation import TranslationPipeline
 
-    async def broken(self, fields, server):
+    async def broken(pipeline, body, server):
         raise KeyError("a bug in a handler")
 
     def failing(self, items, **options):
         raise RuntimeError("a bug in decoding")
 
-    monkeypatch.setattr(TranslationPipeline, "languages", broken)  # a 500 from the app itself
+    monkeypatch.setattr(routes, "ROUTES", tuple(dataclasses.replace(r, handler=broken) if r.path == "/languages" else r
+                                                for r in routes.ROUTES))  # a 500 from the app itself
     app = create_app(task_dirs["translation"], batching=BatchConfig(worker="thread"))  # run is patched in this process
     with TestClient(app, raise_server_exceptions=False) as client:
         assert client.post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200

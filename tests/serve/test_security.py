@@ -153,10 +153,11 @@ def test_the_api_key_and_a_keys_file_both_open_the_server(task_dirs):
 def test_the_tables_hold_every_served_task_and_every_route_that_runs_a_model():
     """`tiny_models.TASKS` and `REQUESTS` are kept by hand beside the task registry: a task with routes,
     or a route that runs a model, added to a pipeline and not here would go untested for the key."""
+    from aiayn.serve.routes import routes_of
     from aiayn.tasks import TASKS as REGISTRY, task_class
     from tiny_models import TASKS
 
     served = {name for name in REGISTRY if task_class(name).pipeline.routes}  # mlm has no route
     assert set(TASKS) == served == set(REQUESTS)
     for task in TASKS:
-        assert {r.path for r in task_class(task).pipeline.routes if r.runs_model} == {p for p, _ in REQUESTS[task]}, task
+        assert {r.path for r in routes_of(task_class(task).pipeline) if r.runs_model} == {p for p, _ in REQUESTS[task]}, task

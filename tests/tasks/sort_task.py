@@ -1,13 +1,19 @@
 """A task that aiayn does not know: sorting a list of numbers. Everything it needs is here, built
 on aiayn's public bases: its `[data]` settings, its data, its metric, its pipeline and its HTTP
-route. A recipe names it by its import path, `task = "sort_task:SortTask"` (issue 28's plug-in proof)."""
+route, whose request model and handler are a small adapter beside the pipeline (`ROUTES`, named by
+`SortPipeline.routes` as serve's own routes are). A recipe names it by its import path,
+`task = "sort_task:SortTask"` (issue 28's plug-in proof)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Annotated
 
-from aiayn.tasks.pipeline import RequestError, Route, check_fields
+from pydantic import Field
+
+from aiayn.serve.routes import Route
+from aiayn.serve.routes.fields import Body
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings
 
@@ -29,7 +35,7 @@ def sorted_exact(outputs: list[str], refs: list[list[str]]) -> float:
 
 class SortPipeline(TextPipeline):
     task, metric = NAME, "sorted_exact"
-    routes = (Route("POST", "/v1/sort", "sort_route", "sort a list of numbers"),)
+    routes = "sort_task:ROUTES"
 
     def source(self, numbers) -> str:
         return " ".join(str(n) for n in numbers)
@@ -42,14 +48,20 @@ class SortPipeline(TextPipeline):
         return {"metric": self.metric, "sorted_exact": value, "sorted_exact_signature": "exact list match %",
                 "sorted_exact_detail": f"sorted exactly: {value:.1f}%"}
 
-    async def sort_route(self, fields: dict, server) -> dict:
-        """{"numbers": [3, 1, 2]} -> {"sorted": [1, 2, 3]}."""
-        check_fields(fields, ["numbers"])
-        numbers = fields.get("numbers")
-        if not isinstance(numbers, list) or not numbers or not all(type(n) is int and 0 <= n <= 9 for n in numbers):
-            raise RequestError("numbers must be a non-empty list of digits 0..9")
-        text = (await server.decode(self.prepare([numbers]), method="greedy"))[0]
-        return {"sorted": [int(w) for w in text.split() if w.isdigit()]}
+
+class SortRequest(Body):
+    """{"numbers": [3, 1, 2]}: digits 0..9."""
+
+    numbers: Annotated[list[Annotated[int, Field(ge=0, le=9)]], Field(min_length=1)]
+
+
+async def sort(pipeline: SortPipeline, r: SortRequest, server) -> dict:
+    """-> {"sorted": [1, 2, 3]}."""
+    text = (await server.decode(pipeline.prepare([r.numbers]), method="greedy"))[0]
+    return {"sorted": [int(w) for w in text.split() if w.isdigit()]}
+
+
+ROUTES = (Route("POST", "/v1/sort", sort, "sort a list of numbers", SortRequest),)
 
 
 class SortTask(Seq2SeqTask):

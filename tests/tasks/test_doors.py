@@ -169,7 +169,7 @@ def test_stdin_reads_as_a_file_does_a_bom_and_dash_included(tmp_path, capsys, mo
 
 
 def test_generate_over_http_takes_the_default_prompt(tmp_path):
-    """A new line is GenerateRequest's (and the CLI's) prompt: HTTP refused it as empty."""
+    """A new line is GenerateOptions's (and the CLI's) prompt: HTTP refused it as empty."""
     from aiayn.data.tokenizer import CharTokenizer
 
     directory = tiny_model(tmp_path / "m", "lm", tokenizer=CharTokenizer.from_text("ab c\n"))

@@ -1,17 +1,18 @@
 """`aiayn serve`: model directories behind HTTP (FastAPI), batched across requests.
 
 The routes are the models': `aiayn.tasks.load_pipeline` reads each directory's task.json and its
-pipeline lists them (`Pipeline.routes`), e.g. for a translation model LibreTranslate's
-POST /translate and GET /languages, and POST /v1/translate; /v1/summarize, /v1/answer,
-/v1/generate or /v1/classify for the other tasks. Several translation directories share those
-routes: a request goes to the directory whose pipeline accepts its `source` and `target`
-(`Pipeline.accepts`), /languages lists every pair of the server, and a pair none serves is a 400
-that lists them. Every server adds GET /health, GET /metrics (Prometheus' text format), GET
-/v1/metrics (the same counters as JSON), GET /docs (FastAPI's OpenAPI page) and GET / (the web
-page). This module names no task: a request's fields reach the pipeline's handler, whose items go
-through the batcher to the pipeline's `run`, `session` or `stream`, in a worker process
-(`serve.worker`) unless `BatchConfig.worker` is "thread". A handler that answers with an async
-iterator of events (`"stream": true`) is sent as server-sent events.
+pipeline names its routes (`Pipeline.routes`, in `serve.routes`), e.g. for a translation model
+LibreTranslate's POST /translate and GET /languages, and POST /v1/translate; /v1/summarize, /v1/answer,
+/v1/generate, /v1/classify or /v1/embed for the other tasks. Several translation directories share
+those routes: a request goes to the directory that accepts its `source` and `target` (`Route.accepts`),
+/languages lists every pair of the server, and a pair none serves is a 400 that lists them. Every
+server adds GET /health, GET /metrics (Prometheus' text format), GET /v1/metrics (the same counters as
+JSON), GET /docs and /openapi.json (every route's request and response schema, with an example) and
+GET / (the web page). This module names no task: a request's fields are validated by the route's
+request model (`serve.routes.fields`) and reach its handler, whose items go through the batcher to the
+pipeline's `run`, `session` or `stream`, in a worker process (`serve.worker`) unless
+`BatchConfig.worker` is "thread". A handler that answers with an async iterator of events
+(`"stream": true`) is sent as server-sent events.
 
 Fields come as a JSON body, form fields or query parameters; form and query values are text, so
 numbers, true/false and one-text lists come typed in JSON only (LibreTranslate's `/translate` reads
@@ -35,8 +36,6 @@ while its request is decoded takes it out of the running search at the next step
 
 import asyncio  # no `from __future__ import annotations`: FastAPI reads the route annotations at definition
 import contextlib
-import functools
-import importlib
 import json
 import logging
 from collections import Counter
@@ -47,6 +46,8 @@ from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull, Unavaila
 from aiayn.serve.keys import UNLIMITED, KeyRing, given_key
 from aiayn.serve.limits import KeyLimits, ServeLimits
 from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, request_fields, shorten
+from aiayn.serve.routes import routes_of
+from aiayn.serve.routes.fields import validate
 from aiayn.serve.server import draining_server, is_loopback, uvicorn_config
 from aiayn.serve.worker import PipelineRunner, WorkerProcess
 from aiayn.tasks import RequestError, task_class, task_of
@@ -73,7 +74,7 @@ class ModelService:
         options = options or {}  # how the decoder computes (precision, quantize): only where it decodes
         self.pipeline = load_pipeline(model_dir, device=device if in_process else "cpu", backend=backend,
                                       **(options if in_process else {}))
-        self.task = self.pipeline.task
+        self.task, self.routes = self.pipeline.task, routes_of(self.pipeline)
         self.worker = (PipelineRunner(self.pipeline) if in_process
                        else WorkerProcess(model_dir, device, backend, options))
         self.batcher = DynamicBatcher(self.worker.run, batching, session=self.worker.session, stream=self.worker.stream)
@@ -142,36 +143,50 @@ class StatusCounts:
 
 def add_route(app, served: list, keys: KeyRing) -> None:
     """One endpoint for a route that one or more directories serve (`served`: [(service, route)], all of
-    one method and path): fields in, the directory that accepts them chosen (`Pipeline.accepts`), the
-    api key checked, the handler's answer out (server-sent events for an async iterator of events)."""
+    one method and path): fields in, the directory that accepts them chosen (`Route.accepts`), the api key
+    checked, the fields validated by the route's request model, the handler's answer out (server-sent
+    events for an async iterator of events). Fields come as JSON, form fields or query parameters, so the
+    endpoint reads them itself (`request_fields`) and /openapi.json is told the body's schema."""
     from fastapi import Request
 
     first_service, first = served[0]
-    handlers = [(service, route, handler_of(service.pipeline, route)) for service, route in served]  # resolved once
 
     async def endpoint(request: Request):
         fields = await request_fields(request, first_service.limits.max_body_bytes)
-        service, route, handler = next((h for h in handlers if h[0].pipeline.accepts(fields)), handlers[0])
+        service, route = next(((s, r) for s, r in served if r.accepts(s.pipeline, fields)), served[0])
         charged = keys.check(given_key(request, fields), texts_of(fields, route)) if route.runs_model else None
         fields.pop("api_key", None)
         try:
-            return await until_disconnected(request, answer(handler(fields, service)))
+            body = validate(route.body, fields, service.limits) if route.body else None  # a GET: fields ignored
+            return await until_disconnected(request, answer(route.handler(service.pipeline, body, service)))
         except RequestError:  # input refused: nothing was decoded, so nothing is charged to the key
             keys.refund(charged)
             raise
 
-    endpoint.__doc__ = handlers[0][2].__doc__
-    app.add_api_route(first.path, endpoint, methods=[first.method], summary=first.summary)
+    endpoint.__doc__ = first.handler.__doc__
+    schema = {"schema": {"$ref": f"#/components/schemas/{first.body.__name__}"}} if first.body else None
+    body = {"requestBody": {"required": True, "content": {"application/json": schema,
+                                                          "application/x-www-form-urlencoded": schema}}}
+    app.add_api_route(first.path, endpoint, methods=[first.method], summary=first.summary,
+                      responses={200: {"model": first.response}} if first.response else None,
+                      openapi_extra=body if schema else None)
 
 
-def handler_of(pipeline, route):
-    """The coroutine `(fields, server) -> answer` of `route`: a method of the pipeline, or a function of its own
-    ("module:function", called with the pipeline first) where serve owns the route's HTTP."""
-    if ":" not in route.handler:
-        return getattr(pipeline, route.handler)
-    module, _, name = route.handler.partition(":")
-    function = getattr(importlib.import_module(module), name)
-    return functools.wraps(function)(functools.partial(function, pipeline))
+def with_request_schemas(app, models: list) -> None:
+    """/openapi.json with the request models that `add_route` refers to (FastAPI lists only those it reads
+    itself)."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in models:
+            own = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(own.pop("$defs", {}))
+            components[model.__name__] = own
+        return schema
+
+    app.openapi = openapi
 
 
 def texts_of(fields: dict, route) -> dict:
@@ -232,13 +247,13 @@ async def until_disconnected(request, work):
 
 
 def page_forms(services: list) -> list[dict]:
-    """The forms the web page offers: one per route with an example request (`Route.example`), across every
+    """The forms the web page offers: one per route it shows, with an example request (`Route.example`), across every
     directory served (a server of several models offers each model's), each with its command's name."""
     forms: dict[str, dict] = {}
     for service in services:
-        for route in service.pipeline.routes:
-            if route.example and route.path not in forms:
-                forms[route.path] = {"path": route.path, "summary": route.summary, "example": json.loads(route.example),
+        for route in service.routes:
+            if route.page and route.path not in forms:
+                forms[route.path] = {"path": route.path, "summary": route.summary, "example": route.example,
                                      "command": service.pipeline.command, "task": service.task}
     return list(forms.values())
 
@@ -257,7 +272,7 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
     from fastapi import FastAPI
 
     services = _services(model_dir, device, batching, limits, backend, options)
-    routes = routes_of(services)
+    routes = served_routes(services)
     keys = KeyRing({**dict(limits.api_keys), **({limits.api_key: UNLIMITED} if limits.api_key else {})})  # both flags: both keys
 
     @asynccontextmanager
@@ -283,6 +298,7 @@ def create_app(model_dir: str | Path | Sequence[str | Path], device: str = "cpu"
         grouped.setdefault((route.method, route.path), []).append((service, route))
     for served in grouped.values():
         add_route(app, served, keys)
+    with_request_schemas(app, list(dict.fromkeys(route.body for _, route in routes if route.body)))
     return app
 
 
@@ -343,7 +359,8 @@ def _add_status_routes(app, services: list, routes: list, keys: KeyRing, respons
     """/health, /v1/metrics, /metrics (Prometheus) and the web page at /."""
     from fastapi.responses import FileResponse, JSONResponse, Response
 
-    @app.api_route("/health", methods=["GET", "HEAD"])  # a load balancer's probe may be either
+    @app.head("/health", include_in_schema=False)  # a load balancer's probe may be either
+    @app.get("/health")
     async def health():
         """What the server runs, and what the web page needs: the route it offers, whether a key is needed.
         A 503 while a decoder that died could not be started again: a load balancer then sends elsewhere."""
@@ -354,7 +371,7 @@ def _add_status_routes(app, services: list, routes: list, keys: KeyRing, respons
                 "routes": list(dict.fromkeys(r.path for _, r in routes)), "command": first.pipeline.command,
                 "needs_key": bool(keys), "forms": page_forms(services),
                 "languages": [list(pair) for pair in first.directions],
-                "models": [{"model": str(s.model_dir), "task": s.task, "routes": [r.path for r in s.pipeline.routes],
+                "models": [{"model": str(s.model_dir), "task": s.task, "routes": [r.path for r in s.routes],
                             "directions": [list(p) for p in s.pipeline.directions()]} for s in services]}
         return JSONResponse(body, status_code=503) if down else body
 
@@ -381,12 +398,12 @@ def _add_status_routes(app, services: list, routes: list, keys: KeyRing, respons
         return FileResponse(STATIC / "index.html")
 
 
-def routes_of(services: list) -> list:
+def served_routes(services: list) -> list:
     """(service, route) for every route of every directory; a route several directories share must
     be told apart by language (each of them translates named pairs)."""
     pairs, owners = [], {}
     for service in services:
-        for route in service.pipeline.routes:
+        for route in service.routes:
             for other in owners.setdefault((route.method, route.path), []):
                 mine, theirs = set(service.pipeline.directions()), set(other.pipeline.directions())
                 if not (mine and theirs):

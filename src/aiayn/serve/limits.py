@@ -2,8 +2,6 @@
 
 from dataclasses import dataclass, fields
 
-from aiayn.tasks import InputLimits
-
 
 @dataclass(frozen=True)
 class KeyLimits:
@@ -20,7 +18,9 @@ class KeyLimits:
 
 
 @dataclass(frozen=True)
-class ServeLimits(InputLimits):
+class ServeLimits:
+    max_texts: int = 64  # texts (or images) in one request
+    max_chars: int = 2000  # characters of one text
     max_beam: int = 16
     max_len_b: int = 256
     api_key: str = ""  # "" = no key needed (unless api_keys); any key sent is ignored

@@ -18,9 +18,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from aiayn.config import ConfigError
-from aiayn.tasks.pipeline import (  # what every door speaks
-    InputLimits, Pipeline, RequestError, Route, check_texts, one_line,
-)
+from aiayn.tasks.pipeline import Pipeline, RequestError, one_line  # what every door speaks
 
 TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", imported on first use
     "translation": "aiayn.tasks.translation:TranslationTask",
@@ -112,5 +110,5 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     return pipeline.from_pretrained(model_dir, device=device, **options)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "checkpoint_task_info", "load_pipeline", "InputLimits", "Pipeline",
-           "RequestError", "Route", "check_texts", "one_line", "read_task_info", "write_task_info"]
+__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "checkpoint_task_info", "load_pipeline", "Pipeline",
+           "RequestError", "one_line", "read_task_info", "write_task_info"]

@@ -38,7 +38,7 @@ from aiayn.decoding.common import input_tokens, pad_sources
 from aiayn.models.base import CONFIG_FILE, eval_mode
 from aiayn.models.encoder_only import EncoderOnly
 from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, task_field, write_task_info, write_test_scores
-from aiayn.tasks.pipeline import Pipeline, Route, check_fields, check_texts
+from aiayn.tasks.pipeline import Pipeline
 from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, carving, check_carve, check_positive
 from aiayn.training.config import TrainConfig
@@ -195,8 +195,7 @@ class Classifier(Pipeline):
     [(label, probability)] per text. A CLI output line is `label<TAB>probability`."""
 
     task, command, metric = "classify", "classify", "accuracy"
-    routes = (Route("POST", "/v1/classify", "classify_route", "classify texts", texts=("text",),
-                    example='{"text": "a text to classify"}'),)
+    routes = "aiayn.serve.routes.classify:ROUTES"
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)
 
@@ -252,12 +251,6 @@ class Classifier(Pipeline):
 
     def text(self, output) -> str:
         return output[0]
-
-    async def classify_route(self, fields: dict, server) -> dict:
-        """{"text": a text or a list} -> {"labels": [{"label", "probability"}]}."""
-        check_fields(fields, ["text"])
-        texts = check_texts(fields.get("text"), server.limits, "text")
-        return {"labels": [{"label": label, "probability": p} for label, p in await server.decode(self.prepare(texts))]}
 
     def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
         """The bidirectional self-attention over the text of `line`, [CLS] first."""

@@ -17,7 +17,7 @@ checkpoint's sentence-transformers files (`pooling_of`); without them, "cls" and
 
     Embedder.from_pretrained(DIR).embed(texts)   -> one float32 array per text
     aiayn embed MODEL                            -> one JSON array per line
-    POST /v1/embed                               -> OpenAI's embeddings response shape (`aiayn.serve.embed`)
+    POST /v1/embed                               -> OpenAI's embeddings response shape (`aiayn.serve.routes.embed`)
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from aiayn.models.encoder_only import EncoderOnly
 from aiayn.tasks.base import TASK_FILE, read_task_info
 from aiayn.tasks.classify import input_limit, text_inputs
 from aiayn.tasks.mlm import MLMTask
-from aiayn.tasks.pipeline import Pipeline, Route
+from aiayn.tasks.pipeline import Pipeline
 
 POOLINGS = ("mean", "cls", "none")
 DEFAULT_POOLING = "cls"  # BERT's sentence summary; a sentence-transformers import says "mean" in task.json
@@ -80,9 +80,7 @@ class Embedder(Pipeline):
     array per text. A CLI output line is the JSON array of the vector (or of the token vectors)."""
 
     task, command = "embed", "embed"
-    # the route's HTTP (OpenAI's request and response shapes) is serve's: a handler named by its import path
-    routes = (Route("POST", "/v1/embed", "aiayn.serve.embed:embed_route", "embed texts: one vector per text (OpenAI's shape)", texts=("input",),
-                    example='{"input": "a text to embed"}'),)
+    routes = "aiayn.serve.routes.embed:ROUTES"
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)
 

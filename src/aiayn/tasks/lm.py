@@ -31,7 +31,7 @@ from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
-from aiayn.tasks.pipeline import Pipeline, RequestError, Route, check_fields, check_texts, form_boolean, text_events
+from aiayn.tasks.pipeline import Pipeline, RequestError
 from aiayn.tasks.settings import VocabSettings, check, check_fraction
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo
@@ -81,8 +81,8 @@ def split_text(text: str, valid_fraction: float) -> tuple[str, str]:
 
 
 @dataclass(frozen=True)
-class GenerateRequest:
-    """The body of /v1/generate (and the options of `aiayn generate`)."""
+class GenerateOptions:
+    """The options of `aiayn generate` and their defaults (/v1/generate's too: `aiayn.serve.routes.generate`)."""
 
     prompt: str = "\n"
     max_new_tokens: int = 200
@@ -91,7 +91,6 @@ class GenerateRequest:
     top_k: Optional[int] = None
     top_p: Optional[float] = None
     seed: Optional[int] = None
-    stream: bool = False  # server-sent events: a piece of text at a time
 
 
 def never_unknown(pick, device):
@@ -117,9 +116,7 @@ class Generator(Pipeline):
 
     task, command = "lm", "generate"
     model_types = (DecoderOnly.model_type,)
-    routes = (Route("POST", "/v1/generate", "generate_route", "continue a prompt", texts=("prompt",),
-                    example='{"prompt": "the start of a text", "stream": true}'),)  # the page shows the text grow
-    max_new_tokens_limit = 2000  # what one HTTP request may ask for
+    routes = "aiayn.serve.routes.generate:ROUTES"
 
     def __init__(self, model, tokenizer):
         self.model, self.tokenizer = model.eval(), tokenizer
@@ -139,41 +136,15 @@ class Generator(Pipeline):
                 progress(1)
         return out
 
-    async def generate_route(self, fields: dict, server) -> dict:
-        """{"prompt", "max_new_tokens", "method", "temperature", "top_k", "top_p", "seed"} -> {"text"}."""
-        import dataclasses
-
-        from aiayn.config import check_types
-
-        check_fields(fields, [f.name for f in dataclasses.fields(GenerateRequest)])
-        fields = {**fields, **({"stream": form_boolean(fields["stream"])} if "stream" in fields else {})}
-        try:
-            check_types(GenerateRequest, fields)  # one prompt, a whole-number seed: not a list, not 1.5
-        except ValueError as e:
-            raise RequestError(str(e)) from None
-        r = GenerateRequest(**fields)
-        check_texts(r.prompt, server.limits, "prompt", blank_ok=True)  # GenerateRequest's own default is "\n"
-        if type(r.max_new_tokens) is not int or not 1 <= r.max_new_tokens <= self.max_new_tokens_limit:
-            raise RequestError(f"max_new_tokens must be a whole number from 1 to {self.max_new_tokens_limit}")
-        options = {k: v for k, v in dataclasses.asdict(r).items() if k not in ("prompt", "stream")}
-        try:
-            self.sampler(**options)  # before a stream starts: a bad setting is a 422, not a broken stream
-            self.prompt_ids(r.prompt)
-        except (TypeError, ValueError) as e:
-            raise RequestError(str(e)) from None
-        if r.stream:
-            return text_events(server.stream(r.prompt, **options))
-        return {"text": (await server.decode([r.prompt], **options))[0]}
-
-    def generate(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
-                 method: str = GenerateRequest.method, seed: int | None = None,
+    def generate(self, prompt: str, max_new_tokens: int = GenerateOptions.max_new_tokens,
+                 method: str = GenerateOptions.method, seed: int | None = None,
                  **sampling) -> str:
         """The prompt's continuation (without the prompt). `sampling`: temperature, top_k, top_p."""
         tokens, decode = self._generation(prompt, max_new_tokens, method, seed, **sampling)
         return decode(list(tokens))
 
-    def stream(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
-               method: str = GenerateRequest.method, seed: int | None = None,
+    def stream(self, prompt: str, max_new_tokens: int = GenerateOptions.max_new_tokens,
+               method: str = GenerateOptions.method, seed: int | None = None,
                **sampling) -> Iterator[str]:
         """`generate`'s text in pieces, as it is generated; joined, they are what `generate` returns."""
         from aiayn.decoding.streaming import text_pieces
@@ -201,8 +172,8 @@ class Generator(Pipeline):
 
         return decode
 
-    def sampler(self, max_new_tokens: int = GenerateRequest.max_new_tokens,
-                method: str = GenerateRequest.method, seed: int | None = None, **sampling):
+    def sampler(self, max_new_tokens: int = GenerateOptions.max_new_tokens,
+                method: str = GenerateOptions.method, seed: int | None = None, **sampling):
         """The next-token picker for these settings; a ValueError names a bad one. `tokens` calls it before
         its first token, and the HTTP route before a stream starts."""
         from aiayn.config import SamplingConfig
@@ -219,8 +190,8 @@ class Generator(Pipeline):
         generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
         return never_unknown(pick_sample(config, generator), device)
 
-    def tokens(self, prompt: str, max_new_tokens: int = GenerateRequest.max_new_tokens,
-               method: str = GenerateRequest.method, seed: int | None = None,
+    def tokens(self, prompt: str, max_new_tokens: int = GenerateOptions.max_new_tokens,
+               method: str = GenerateOptions.method, seed: int | None = None,
                **sampling) -> Iterator[int]:
         """The ids of the prompt's continuation, one at a time, window after window (see the class).
         The settings and the prompt are checked here, before the first id is asked for."""

@@ -4,8 +4,8 @@ and `aiayn plot` need of a model directory, so that it answers the same through 
     inputs  --prepare-->  model items  --run-->  outputs          pipeline(inputs) does both
     a CLI line     parse_line(line) -> input;   format_line(input, output) -> one output line
     evaluate       text(output) -> what `score(texts, refs)` measures with the task's `metric`
-    HTTP           `routes`: (method, path, handler); a handler turns request fields into inputs,
-                   has them decoded through the server's batcher, and shapes the response
+    HTTP           `routes` names the module of its routes in `aiayn.serve.routes`, whose handlers
+                   call these methods; the server batches their items into `run` calls
     plot           attention(line) -> a picture's data (with `draw` and `describe`)
 
 `prepare` is cheap (it runs where a request arrives); `run` holds the model work, so a server
@@ -16,8 +16,7 @@ batches the items of several requests into one `run` call, or a continuous `sess
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, ClassVar, Iterator, Optional, Sequence
+from typing import Callable, ClassVar, Iterator, Optional, Sequence
 
 
 class RequestError(ValueError):
@@ -26,82 +25,6 @@ class RequestError(ValueError):
     def __init__(self, message: str, status: int = 422):
         super().__init__(message)
         self.status = status
-
-
-@dataclass(frozen=True)
-class Route:
-    """An HTTP route of a pipeline: `handler` names its coroutine method `(fields, server) -> dict`
-    (or an async iterator of events, which the server sends as server-sent events); `server` offers
-    `decode(items, **options)` (batched `run`), `stream(item, **options)` (an async iterator of the
-    pieces of `stream`), `limits` and `directions` (every language pair the whole server translates)."""
-
-    method: str  # "GET" | "POST"
-    path: str
-    handler: str  # a coroutine method of the pipeline, or "module:function" taking (pipeline, fields, server)
-    summary: str = ""
-    runs_model: bool = True  # it decodes: guarded by the server's api key
-    texts: tuple[str, ...] = ()  # the fields an api key's character budget counts; () = every string field
-    # A request body (JSON) that the web page at / imitates, "" = not offered there: a box per field
-    # (the box's id is the field's name), sent as a string, or as a one-string list where the example
-    # holds one, or read as JSON where it holds anything else (e.g. pixel rows); true/false is sent as
-    # given, except that return_attention asks for the attention only from a backend that has it.
-    example: str = ""
-
-
-@dataclass(frozen=True)
-class InputLimits:
-    """What one request may hold (the server's `ServeLimits` carry these)."""
-
-    max_texts: int = 64
-    max_chars: int = 2000
-
-
-def check_texts(value: Any, limits: InputLimits, field: str, blank_ok: bool = False) -> list[str]:
-    """A string or a non-empty list of strings, within the limits -> a list of strings; all blank is
-    refused unless `blank_ok` (a language model's prompt: a new line starts a text)."""
-    items = [value] if isinstance(value, str) else value
-    if not isinstance(items, list) or not items or not all(isinstance(t, str) for t in items):
-        raise RequestError(f"{field} must be a non-empty string or a non-empty list of strings")
-    if not blank_ok and not any(t.strip() for t in items):
-        raise RequestError(f"{field} is empty")
-    if len(items) > limits.max_texts:
-        raise RequestError(f"{len(items)} texts in one request; at most {limits.max_texts}", 413)
-    longest = max(len(t) for t in items)
-    if longest > limits.max_chars:
-        raise RequestError(f"a text of {longest} characters; at most {limits.max_chars}", 413)
-    for i, text in enumerate(items):
-        _check_unicode(text, f"{field}[{i}]" if isinstance(value, list) else field)
-    return items
-
-
-def _check_unicode(text: str, where: str) -> None:
-    """A lone surrogate (JSON lets a string hold "\\ud800") is no character: no tokenizer can take it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise RequestError(f"{where}: not valid Unicode (a lone surrogate at character {e.start})") from None
-
-
-def form_boolean(value: Any) -> Any:
-    """A boolean field as a form or a query string sends it ("true", "false": text) -> True / False; any
-    other value as it is, for the field's own check."""
-    return {"true": True, "false": False}.get(value.lower(), value) if isinstance(value, str) else value
-
-
-def check_fields(fields: dict, allowed: Sequence[str]) -> None:
-    unknown = sorted(set(fields) - set(allowed) - {"api_key"})
-    if unknown:
-        raise RequestError(f"unknown field(s) {', '.join(unknown)}; this route takes {', '.join(allowed)}")
-
-
-async def text_events(pieces: AsyncIterator[str]) -> AsyncIterator[dict]:
-    """A streamed answer's events: {"piece": text} for each new piece, then {"text": the whole text,
-    "done": true}."""
-    parts = []
-    async for piece in pieces:
-        parts.append(piece)
-        yield {"piece": piece}
-    yield {"text": "".join(parts), "done": True}
 
 
 def one_line(text: str) -> str:
@@ -115,7 +38,7 @@ class Pipeline:
     task: ClassVar[str] = ""  # the task name in task.json
     command: ClassVar[str] = ""  # the `aiayn` command that answers with this pipeline
     metric: ClassVar[str] = ""  # a `metrics.SCORERS` name for `aiayn evaluate --model`; "" = none
-    routes: ClassVar[tuple[Route, ...]] = ()
+    routes: ClassVar[str] = ""  # "module:NAME" of the HTTP routes that serve offers for it (`aiayn.serve.routes`)
     backends: ClassVar[tuple[str, ...]] = ("native",)  # what `load_pipeline(..., backend=)` may ask for
     # what `from_pretrained` (and `load_pipeline`) take beyond the directory, e.g. "precision", "quantize",
     # "max_input_tokens": any other option given is an error, never silently ignored
@@ -168,12 +91,6 @@ class Pipeline:
         """The (source, target) language pairs this pipeline translates; () = it is not chosen by
         language. A server holding several model directories lists them all (/languages)."""
         return ()
-
-    def accepts(self, fields: dict) -> bool:
-        """Whether this pipeline answers a request with these `fields` on a route that several of a
-        server's directories share (the first that accepts answers; if none does, the first answers,
-        and refuses with its own error)."""
-        return True
 
     def stream(self, item, **options) -> Iterator[str]:
         """The output of one model item as it is decoded, a piece (of text) at a time; joined, the

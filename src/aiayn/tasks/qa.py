@@ -31,7 +31,7 @@ from typing import ClassVar, Mapping, Optional, Sequence
 from aiayn.config import UNK_ID, ConfigError
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
-from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, parse_json_line
+from aiayn.tasks.pipeline import RequestError, parse_json_line
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings, carved, carving, check, check_carve
 
@@ -87,8 +87,7 @@ class QA(TextPipeline):
     object with "context" and "question"; its output line is that object with "prediction"."""
 
     task, command, metric = "qa", "answer", "squad"
-    routes = (Route("POST", "/v1/answer", "answer_route", "answer questions about contexts", texts=("context", "question"),
-                    example='{"context": "a story", "question": "a question about it"}'),)
+    routes = "aiayn.serve.routes.answer:ROUTES"
 
     def source(self, given) -> str:
         context, question = given
@@ -114,16 +113,6 @@ class QA(TextPipeline):
         if len(context) != len(question):
             raise ValueError(f"{len(context)} contexts but {len(question)} questions")
         return self(list(zip(context, question)), **options)
-
-    async def answer_route(self, fields: dict, server) -> dict:
-        """{"context": ..., "question": ...} (strings, or lists of the same length) -> {"answers": [...]}."""
-        check_fields(fields, ["context", "question"])
-        contexts = check_texts(fields.get("context"), server.limits, "context")
-        questions = check_texts(fields.get("question"), server.limits, "question")
-        if len(contexts) != len(questions):
-            raise RequestError(f"{len(contexts)} contexts but {len(questions)} questions")
-        return {"answers": await server.decode(self.prepare(list(zip(contexts, questions))))}
-
 
 class QATask(Seq2SeqTask):
     name = "qa"

@@ -45,7 +45,7 @@ from aiayn.decoding.translator import Translator, arithmetic
 from aiayn.io import atomic_write
 from aiayn.runtime import stable_hash
 from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
-from aiayn.tasks.pipeline import Pipeline, RequestError, check_texts
+from aiayn.tasks.pipeline import Pipeline, RequestError
 from aiayn.tasks.settings import TextPairSettings
 from aiayn.training.config import TrainConfig
 from aiayn.training.distributed import DistInfo, main_first
@@ -414,15 +414,6 @@ class TextPipeline(Pipeline):
             raise ValueError("the sentence to translate is empty")
         a = tr.decode.max_len_a if max_len_a is None else max_len_a
         return attention_maps(tr.model, tr.tokenizers, ids, a, tr.decode.max_len_b if max_len_b is None else max_len_b)
-
-    async def texts_route(self, fields: dict, server, field: str, answer: str) -> dict:
-        """A route that takes `field` (a text or a list) and answers {answer: [outputs]}."""
-        from aiayn.tasks.pipeline import check_fields
-
-        check_fields(fields, [field])
-        texts = check_texts(fields.get(field), server.limits, field)
-        return {answer: await server.decode(self.prepare(texts))}
-
 
 def load_backend(backend: str, model_dir: str | Path, device, info: dict, options: dict):
     """The translator of `model_dir`: aiayn's `Translator` ("native") or, for a directory written by

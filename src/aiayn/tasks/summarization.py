@@ -28,7 +28,6 @@ from typing import Sequence
 
 from aiayn.data.records import record_file
 from aiayn.metrics import ROUGE_TYPES
-from aiayn.tasks.pipeline import Route
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, carving, check, check_carve
 
@@ -68,8 +67,7 @@ class Summarizer(TextPipeline):
     (overridable per call)."""
 
     task, command, metric = "summarization", "summarize", "rouge"
-    routes = (Route("POST", "/v1/summarize", "summarize_route", "summarize texts", texts=("text",),
-                    example='{"text": "a text to summarize"}'),)
+    routes = "aiayn.serve.routes.summarize:ROUTES"
 
     def source(self, given: str) -> str:
         return flatten(given)
@@ -77,11 +75,6 @@ class Summarizer(TextPipeline):
     def summarize(self, texts: Sequence[str], **options) -> list[str]:
         """`options`: `Translator.translate` keywords (method, beam_size, progress, ...)."""
         return self(texts, **options)
-
-    async def summarize_route(self, fields: dict, server) -> dict:
-        """{"text": a text or a list} -> {"summaries": [...]}."""
-        return await self.texts_route(fields, server, "text", "summaries")
-
 
 class SummarizationTask(Seq2SeqTask):
     name = "summarization"

@@ -5,8 +5,8 @@
                 fills; or the built-in synthetic task. Source = ids + EOS, target BOS + y -> y + EOS.
     validation  greedy sacreBLEU on the validation text (`train.bleu`)
     test        beam search with `[decode]` (beam 4, α 0.6) on `data.test_split`: sacreBLEU
-    inference   `TranslationPipeline`: `aiayn translate`, LibreTranslate's /translate and /languages,
-                and /v1/translate (decoding options, n-best lists, attention)
+    inference   `TranslationPipeline`: `aiayn translate`, and over HTTP LibreTranslate's /translate and
+                /languages, and /v1/translate (`aiayn.serve.routes.translation`)
 
 Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.seq2seq`.
 """
@@ -16,14 +16,13 @@ from __future__ import annotations
 import re
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator
 
 import torch
 
-from aiayn.config import DECODE_METHODS
 from aiayn.data.corpus import Side, stream_corpus
 from aiayn.data.preprocess import ParallelDataset, load_parallel
-from aiayn.tasks.pipeline import RequestError, Route, check_fields, check_texts, form_boolean, text_events
+from aiayn.tasks.pipeline import RequestError
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
 
@@ -68,10 +67,7 @@ class TranslationPipeline(TextPipeline):
     """`load_pipeline(DIR)` of a translation model; `pipeline.translate(texts, **options)`."""
 
     task, command, metric = "translation", "translate", "bleu"
-    routes = (Route("POST", "/translate", "libretranslate", "LibreTranslate-compatible translation", texts=("q",)),
-              Route("GET", "/languages", "languages", "the model's language pair, LibreTranslate style", False),
-              Route("POST", "/v1/translate", "native", "translation with decoding options, scores and attention", texts=("text",),
-                    example='{"text": ["a sentence to translate"], "source": "", "target": "", "return_attention": true}'))
+    routes = "aiayn.serve.routes.translation:ROUTES"
 
     def translate(self, texts, **options) -> list:
         return self(texts, **options)
@@ -87,17 +83,6 @@ class TranslationPipeline(TextPipeline):
             return tuple((s, t) for s, t in self.info["directions"])
         pair = self.info.get("languages")
         return ((pair[0], pair[1]),) if pair else ()
-
-    def accepts(self, fields: dict) -> bool:
-        return self.direction(fields) is not None
-
-    def direction(self, fields: dict) -> tuple[str, str] | None:
-        """The served pair that a request's `source` and `target` ask for ("auto", "" or absent: any)."""
-        given = fields.get("source"), fields.get("target")
-        if not self.directions():
-            return ("", "")
-        return next((pair for pair in self.directions()
-                     if all(g in (None, "", "auto", want) for g, want in zip(given, pair))), None)
 
     def targets(self) -> list[str]:
         """The languages this model translates into (task.json's directions), in order."""
@@ -131,74 +116,6 @@ class TranslationPipeline(TextPipeline):
             out.append(text if found or not text.strip() else f"{tag.format(target)} {text.strip()}")
         return out
 
-    def sources(self, fields: dict, texts: list[str], server) -> list[str]:
-        """`texts` of a request for the pair its `source` and `target` ask for, tagged; a pair
-        this model does not serve is a 400 that lists every pair the server does."""
-        pair = self.direction(fields)
-        if pair is None:
-            served = ", ".join(f"{s} -> {t}" for s, t in server.directions) or "no named pair"
-            raise RequestError(f"this server translates {served}; {fields.get('source') or 'auto'} -> "
-                               f"{fields.get('target') or 'auto'} is not served", 400)
-        try:
-            return self.targeted(texts, pair[1])
-        except ValueError as e:
-            raise RequestError(str(e)) from None
-
-    async def libretranslate(self, fields: dict, server) -> dict:
-        """`q` (a string or a list), `source`, `target`, `format`, `alternatives` -> {"translatedText": ...},
-        with "alternatives" (the next best translations, of a beam of at least alternatives + 1) when asked."""
-        check_fields(fields, ["q", "source", "target", "format", "alternatives"])
-        for name in ("source", "target"):
-            if not isinstance(fields.get(name, ""), str):
-                raise RequestError(f"{name} must be a language code")
-        if fields.get("format", "text") != "text":
-            raise RequestError(f"format must be 'text', got {fields.get('format')!r}")
-        if "q" not in fields:
-            raise RequestError("missing field q")
-        n = fields.get("alternatives", 0)
-        n = int(n) if isinstance(n, str) and n.isascii() and n.isdigit() and len(n) < 5 else n  # a form field is text
-        most = server.limits.max_beam - 1
-        if type(n) is not int or not 0 <= n <= most:
-            raise RequestError(f"alternatives must be a whole number from 0 to {most}, got {n!r}")
-        texts = self.sources(fields, check_texts(fields["q"], server.limits, "q"), server)
-        one = (lambda xs: xs) if isinstance(fields["q"], list) else (lambda xs: xs[0])
-        if not n:
-            return {"translatedText": one(await server.decode(texts))}
-        decode, _ = self.translator.settings({})
-        beam = max(decode.beam_size if decode.method == "beam" else 1, n + 1)
-        results = await server.decode(texts, method="beam", beam_size=beam, nbest=n + 1)
-        return {"translatedText": one([r[0][0] for r in results]),
-                "alternatives": one([[text for text, _ in r[1:]] for r in results])}
-
-    async def languages(self, fields: dict, server) -> list:
-        """Every language pair of the server, LibreTranslate style: one entry per source with its targets."""
-        targets: dict[str, list[str]] = {}
-        for source, target in server.directions:
-            targets.setdefault(source, [])
-            if target not in targets[source]:
-                targets[source].append(target)
-        return [{"code": s, "name": s, "targets": t} for s, t in targets.items()]
-
-    async def native(self, fields: dict, server) -> dict:
-        """{"text": [...], "method", "beam_size", "length_penalty", "max_len_b", "nbest",
-        "no_repeat_ngram_size", "return_attention"} -> hypotheses with scores (and attention)."""
-        r = NativeRequest.read(fields, server.limits)
-        if r.return_attention and self.backend != "native":
-            raise RequestError(f"return_attention: attention weights are not available with the {self.backend} backend", 400)
-        options = r.decode_options()  # the fields given; the model's task.json decides the rest
-        decode, _ = self._settings(options)
-        beam = decode.beam_size if decode.method == "beam" else 1
-        if r.nbest > beam:
-            raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
-        texts = self.sources({"source": r.source, "target": r.target}, r.text, server)
-        if r.stream:
-            if beam > 1 or len(texts) > 1 or r.return_attention:
-                raise RequestError("stream: one text, decoded with method greedy or sample, without attention", 400)
-            return text_events(server.stream(texts[0], **options))
-        results = await server.decode(texts, **options, nbest=r.nbest if beam > 1 else None,
-                                      return_attention=r.return_attention)
-        return {"translations": [_native_result(x) for x in results]}
-
     def _settings(self, options: dict):
         """The translator's settings with a request's `options`; fields each fine but not together (min_len
         with no_repeat_ngram_size 1 beyond the vocabulary) are the request's fault, a 422."""
@@ -226,80 +143,6 @@ class TranslationPipeline(TextPipeline):
         src = torch.tensor([encode_source(tr.tokenizers.src, source, tr.max_input_tokens, tr.keep)], device=tr.device)
         seed = None if sampling.seed is None else line_seed(sampling.seed, 0)  # as `translate` seeds its first line
         return text_pieces(stream_search(tr.decoder, src, decode, sampling, seed), tr.tokenizers.tgt.decode)
-
-
-@dataclass(frozen=True)
-class NativeRequest:
-    """The body of /v1/translate: only these fields, each bounded by the server's limits. A decoding
-    field left out (None) keeps the model's own setting, as every other door does (task.json)."""
-
-    text: list
-    method: Optional[str] = None  # one of DECODE_METHODS
-    beam_size: Optional[int] = None
-    length_penalty: Optional[float] = None
-    max_len_b: Optional[int] = None
-    min_len: Optional[int] = None
-    no_repeat_ngram_size: Optional[int] = None
-    temperature: Optional[float] = None  # sampling's: `SamplingConfig` checks them (`TextTranslator.settings`)
-    top_k: Optional[int] = None
-    top_p: Optional[float] = None
-    seed: Optional[int] = None
-    nbest: int = 1
-    return_attention: bool = False
-    source: str = ""  # a language pair the server translates ("": the model's own, or its first)
-    target: str = ""
-    stream: bool = False  # server-sent events: a piece of text at a time (greedy and sample only)
-
-    @classmethod
-    def read(cls, fields: dict, limits) -> "NativeRequest":
-        import dataclasses
-        import math
-
-        names = [f.name for f in dataclasses.fields(cls)]
-        check_fields(fields, names)
-        if "text" not in fields:
-            raise RequestError("missing field text")
-        r = cls(**{k: v for k, v in fields.items() if k in names})
-        if r.method is not None and r.method not in DECODE_METHODS:
-            raise RequestError(f"method must be one of {', '.join(map(repr, DECODE_METHODS))}, got {r.method!r}")
-        bounds = {"beam_size": (1, limits.max_beam), "nbest": (1, limits.max_beam), "max_len_b": (1, limits.max_len_b),
-                  "min_len": (0, limits.max_len_b), "no_repeat_ngram_size": (0, limits.max_len_b)}
-        for name, (low, high) in bounds.items():
-            value = getattr(r, name)
-            if value is not None and (type(value) is not int or not low <= value <= high):
-                raise RequestError(f"{name} must be a whole number from {low} to {high}")
-        lp = r.length_penalty
-        if lp is not None and (type(lp) not in (int, float) or not (math.isfinite(lp) and 0 <= lp <= 2)):
-            raise RequestError("length_penalty must be a number from 0 to 2")
-        for name in ("return_attention", "stream"):
-            value = form_boolean(getattr(r, name))
-            if not isinstance(value, bool):
-                raise RequestError(f"{name} must be true or false")
-            r = dataclasses.replace(r, **{name: value})
-        if not (isinstance(r.source, str) and isinstance(r.target, str)):
-            raise RequestError("source and target must be language codes")
-        if not isinstance(r.text, list):
-            raise RequestError("text must be a non-empty list of strings")
-        return dataclasses.replace(r, text=check_texts(r.text, limits, "text"))
-
-    def decode_options(self) -> dict:
-        """The decoding fields the request gave (a beam_size without a method: `TextTranslator.settings`)."""
-        return {name: value for name in _DECODE_FIELDS if (value := getattr(self, name)) is not None}
-
-
-_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "seed")
-_DECODE_FIELDS = ("method", "beam_size", "length_penalty", "max_len_b", "min_len", "no_repeat_ngram_size",
-                  *_SAMPLING_FIELDS)
-
-
-def _native_result(result) -> dict:
-    hyps, attention = result if isinstance(result, tuple) else (result, None)
-    if isinstance(hyps, str):
-        hyps = [(hyps, None)]
-    out = {"text": hyps[0][0], "hypotheses": [{"text": t, "score": s} for t, s in hyps]}
-    if attention is not None:
-        out["attention"] = attention
-    return out
 
 
 class TranslationTask(Seq2SeqTask):

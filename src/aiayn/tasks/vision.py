@@ -26,7 +26,7 @@ import torch
 
 from aiayn.tasks.base import read_task_info, task_field, write_task_info
 from aiayn.tasks.classify import Classifier, ClassifyTask, TextBatch, labels_of, refuse_options
-from aiayn.tasks.pipeline import RequestError, Route, check_fields
+from aiayn.tasks.pipeline import RequestError
 from aiayn.tasks.settings import SplitSettings, check_positive
 from aiayn.training.distributed import SINGLE, DistInfo
 
@@ -82,8 +82,7 @@ class ImageClassifier(Classifier):
     """`load_pipeline(DIR)([image, ...])` -> [(label, probability)]: an image is (H, W) pixels in [0, 1]."""
 
     task, command, metric = "image-classify", "classify", "accuracy"
-    routes = (Route("POST", "/v1/classify", "classify_route", "classify images (pixel rows in [0, 1])",
-                    example='{"image": [[0.0, 0.5], [1.0, 0.25]]}'),)
+    routes = "aiayn.serve.routes.classify:IMAGE_ROUTES"
     load_options = ()
     reads_images = True
 
@@ -139,16 +138,6 @@ class ImageClassifier(Classifier):
         except json.JSONDecodeError as e:
             raise ValueError(f"not a JSON array of pixel rows ({e})") from None
 
-    async def classify_route(self, fields: dict, server) -> dict:
-        """{"image": pixel rows, or a list of images} -> {"labels": [{"label", "probability"}]}."""
-        check_fields(fields, ["image"])
-        image = fields.get("image")
-        images = image if isinstance(image, list) and image and _is_grid(image[0]) else [image]
-        if len(images) > server.limits.max_texts:
-            raise RequestError(f"{len(images)} images in one request; at most {server.limits.max_texts}", 413)
-        return {"labels": [{"label": label, "probability": p}
-                           for label, p in await server.decode(self.prepare(images))]}
-
     def attention(self, line: str, **output_limits):
         """[CLS]'s attention to the patches of test image number `line` of the digits."""
         from aiayn.plots.patches import patch_attention
@@ -164,10 +153,6 @@ class ImageClassifier(Classifier):
         image = images[chosen[index]]
         return patch_attention(self.model, image, self.patch_size, patches(image[None], self.patch_size)[0],
                                self.labels, self.labels[int(labels[chosen[index]])])
-
-
-def _is_grid(value) -> bool:
-    return isinstance(value, list) and bool(value) and isinstance(value[0], list)
 
 
 class ImageClassifyTask(ClassifyTask):

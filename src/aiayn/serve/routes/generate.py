@@ -1,0 +1,51 @@
+"""POST /v1/generate: a prompt continued by a language model, whole or as a stream of pieces."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from aiayn.serve.routes import Route, text_events
+from aiayn.serve.routes.fields import Body, Flag, Number, Whole, texts, whole
+from aiayn.tasks import RequestError
+from aiayn.tasks.lm import GenerateOptions
+
+MAX_NEW_TOKENS = 2000  # what one request may ask for
+Prompt, NewTokens = texts(many=False, blank_ok=True), whole(1, MAX_NEW_TOKENS)
+
+
+class GenerateRequest(Body):
+    """`aiayn generate`'s options (`GenerateOptions`, whose defaults these are); sampling's are checked by
+    the pipeline's sampler before anything is generated."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"prompt": "the start of a text", "stream": True}]})
+
+    prompt: Prompt = GenerateOptions.prompt  # a new line: a text's start
+    max_new_tokens: NewTokens = GenerateOptions.max_new_tokens
+    method: str = GenerateOptions.method
+    temperature: Optional[Number] = None
+    top_k: Optional[Whole] = None
+    top_p: Optional[Number] = None
+    seed: Optional[Whole] = None
+    stream: Flag = False  # server-sent events: a piece of text at a time
+
+
+class GenerateResponse(BaseModel):
+    text: str
+
+
+async def generate(pipeline, r: GenerateRequest, server):
+    options = r.model_dump(exclude={"prompt", "stream"})
+    try:
+        pipeline.sampler(**options)  # before a stream starts: a bad setting is a 422, not a broken stream
+        pipeline.prompt_ids(r.prompt)
+    except (TypeError, ValueError) as e:
+        raise RequestError(str(e)) from None
+    if r.stream:
+        return text_events(server.stream(r.prompt, **options))
+    return {"text": (await server.decode([r.prompt], **options))[0]}
+
+
+ROUTES = (Route("POST", "/v1/generate", generate, "continue a prompt", GenerateRequest, GenerateResponse,
+                texts=("prompt",), page=True),)  # the page shows the text grow
