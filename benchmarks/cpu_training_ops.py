@@ -41,7 +41,7 @@ from aiayn.modules.attention import scaled_dot_product_attention  # noqa: E402
 from aiayn.modules.copy_attention import copy_mixture  # noqa: E402
 from aiayn.modules.dropout import dropout  # noqa: E402
 from aiayn.runtime import keep_freed_memory  # noqa: E402
-from aiayn.training.loss import label_smoothed_loss  # noqa: E402
+from aiayn.tasks.loss import label_smoothed_loss  # noqa: E402
 
 
 def dropout_pair(B, S, T, D, H, V, p=0.2):

@@ -56,7 +56,7 @@ def pipeline(corpus: Path, run_dir: Path, vocab_size: int, fresh: bool, loader_s
     """One start of the training pipeline, timed step by step (run in a process of its own)."""
     from aiayn.tasks import build_task
     from aiayn.training.config import load_config
-    from aiayn.training.distributed import DistInfo
+    from aiayn.distributed import DistInfo
 
     cfg = load_config(RECIPE, [f'data.corpus="{corpus}"', 'data.valid_split=""', 'data.test_split=""',
                                f"data.vocab_size={vocab_size}", 'train.device="cpu"', f'train.run_dir="{run_dir}"'])

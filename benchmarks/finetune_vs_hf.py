@@ -64,7 +64,7 @@ def splits(corpus: str, fraction: float) -> dict[str, tuple[list[str], list[str]
 def run_ours(args) -> dict:
     from aiayn.tasks import build_task
     from aiayn.training.config import load_config
-    from aiayn.training.distributed import DistInfo
+    from aiayn.distributed import DistInfo
     from aiayn.training.pipeline import train
 
     run_dir = Path(args.work) / "ours"

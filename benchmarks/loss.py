@@ -3,10 +3,10 @@
 One call = loss on (N, V) logits, then backward to the logits, as in a training step.
 Peers, all on the same logits and targets, interleaved call by call:
 
-- ours: `aiayn.training.loss.label_smoothed_loss` (logsumexp forward, hand-written
+- ours: `aiayn.tasks.loss.label_smoothed_loss` (logsumexp forward, hand-written
   softmax - q backward);
 - autograd: the same loss written as log_softmax, gather and a masked sum, differentiated
-  by autograd (what `training/loss.py` did before);
+  by autograd (what `tasks/loss.py` did before);
 - torch: `F.cross_entropy(label_smoothing=ε, ignore_index=pad, reduction="sum")`, which
   spreads ε over all V classes, pad included (a slightly different q, same cost class).
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, median, set_threads, time_call  # noqa: E402
 
 from aiayn.config import PAD_ID, OptimConfig  # noqa: E402
-from aiayn.training.loss import label_smoothed_loss  # noqa: E402
+from aiayn.tasks.loss import label_smoothed_loss  # noqa: E402
 
 EPS = OptimConfig().label_smoothing
 

@@ -193,7 +193,7 @@ def test_a_data_tokenizer_that_is_not_there_says_which_setting_and_what_to_do(tm
     from types import SimpleNamespace
 
     from aiayn.tasks.base import run_tokenizers
-    from aiayn.training.distributed import SINGLE
+    from aiayn.distributed import SINGLE
 
     with pytest.raises(FileNotFoundError, match=r"data\.tokenizer = .*nope: no such directory; train the run"):
         run_tokenizers(SimpleNamespace(tokenizer=str(tmp_path / "nope")), tmp_path, SINGLE, True, lambda: None)

@@ -14,7 +14,7 @@ from aiayn.decoding import beam_search, greedy_search
 from aiayn.models import Transformer, load_model
 from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
 from aiayn.modules.universal import ACT_EPSILON
-from aiayn.training.loss import LossSums, add_ponder_cost, ponder_weight
+from aiayn.tasks.loss import LossSums, add_ponder_cost, ponder_weight
 
 from copy_task import train_and_copy
 from test_layers import copy_attention, copy_common, randomise_norms

@@ -105,7 +105,7 @@ def test_beam_one_is_greedy_and_a_saved_model_keeps_its_end_ids(tmp_path):
 
 
 def test_attention_plots_label_each_sentence_as_the_pooling_groups_them():
-    from aiayn.plots.attention import decode_with_attention, sentence_labels
+    from aiayn.decoding.attention_maps import decode_with_attention, sentence_labels
 
     assert sentence_labels(["a", "b", ".", "c", "?", "</s>"], [7, 8, END, 9, QMARK, EOS_ID], (END, QMARK)) == [
         "a b .", "c ?", "</s>"]

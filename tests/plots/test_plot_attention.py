@@ -4,6 +4,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decoding.greedy import greedy_search
+from aiayn.decoding import attention_maps as am
 from aiayn.plots import attention as att, save_png
 from aiayn.tasks import load_pipeline
 from plot_helpers import SYMBOLS, assert_picture, tiny_model
@@ -18,7 +19,7 @@ SRC = [4, 9, 7, 5, 12, 6, EOS_ID]  # ids + EOS, as encode_source makes them
 
 
 def test_translation_matches_greedy_search(model):
-    maps = att.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=5)
+    maps = am.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=5)
     expected = greedy_search(model, torch.tensor([SRC]), 1.0, 5)[0]
     assert [i for i in maps.out_ids if i != EOS_ID] == expected
 
@@ -43,7 +44,7 @@ def test_translation_attention_is_what_cached_decoding_computes(norm_first):
     """The maps drawn (one teacher-forced pass over the greedy output) = the weights of cached step-by-step
     decoding of the same tokens, row by row."""
     model = tiny_model(seed=2, norm_first=norm_first)
-    maps = att.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=4)
+    maps = am.decode_with_attention(model, SRC, max_len_a=1.0, max_len_b=4)
     decoder, cross = stepwise_attention(model, SRC, [BOS_ID, *maps.out_ids[:-1]])
     assert maps.decoder.shape == decoder.shape == (2, 2, len(maps.out_ids), len(maps.out_ids))
     np.testing.assert_allclose(maps.decoder, decoder, atol=1e-6)
@@ -53,8 +54,8 @@ def test_translation_attention_is_what_cached_decoding_computes(norm_first):
 
 
 def test_rows_sum_to_one_and_future_gets_zero(model):
-    maps = att.decode_with_attention(model, SRC, max_len_b=6)
-    for part in att.PARTS:
+    maps = am.decode_with_attention(model, SRC, max_len_b=6)
+    for part in am.PARTS:
         np.testing.assert_allclose(maps.part(part).sum(-1), 1.0, atol=1e-5)
     future = np.triu(np.ones(maps.decoder.shape[-2:], dtype=bool), k=1)
     assert np.all(maps.decoder[..., future] == 0)
@@ -64,14 +65,14 @@ def test_rows_sum_to_one_and_future_gets_zero(model):
 def test_padded_positions_get_zero_weight(model):
     src = torch.tensor([[4, 5, 6, 7, 8], [9, 10, PAD_ID, PAD_ID, PAD_ID]])  # (2, 5)
     tgt = torch.tensor([[BOS_ID, 4, 5, 6], [BOS_ID, 7, PAD_ID, PAD_ID]])  # (2, 4)
-    enc, dec, cross = att.forward_attention(model, src, tgt)
+    enc, dec, cross = am.forward_attention(model, src, tgt)
     for w in enc + cross:
         assert torch.all(w[1, ..., 2:] == 0)  # keys at padded source positions
         torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
     for w in dec:
         assert torch.all(w.triu(1) == 0)
     # the short sentence's encoder weights equal those of the sentence alone
-    alone, _, _ = att.forward_attention(model, src[1:, :2], tgt[1:, :2])
+    alone, _, _ = am.forward_attention(model, src[1:, :2], tgt[1:, :2])
     torch.testing.assert_close(enc[0][1, :, :2, :2], alone[0][0])
 
 
@@ -85,16 +86,16 @@ def test_attention_for_sentence_labels_real_tokens(model_dir):
 
 @pytest.mark.parametrize("part,head", [("cross", None), ("decoder", 1), ("encoder", None), ("all", 0), ("all", None)])
 def test_plot_attention_draws_each_layout(model, tmp_path, part, head):
-    maps = att.decode_with_attention(model, SRC, max_len_b=3)
+    maps = am.decode_with_attention(model, SRC, max_len_b=3)
     fig, arrays = att.plot_attention(maps, part, layer=0, head=head, size=(600, 400))
-    parts = att.PARTS if part == "all" else (part,)
+    parts = am.PARTS if part == "all" else (part,)
     n_maps = len(parts) * (1 if head is not None else 2)
     assert sum(1 for k in arrays if "/head" in k) == n_maps
     assert_picture(save_png(fig, tmp_path / "a.png"), (600, 400))
 
 
 def test_plot_attention_rejects_bad_layer_and_head(model):
-    maps = att.decode_with_attention(model, SRC, max_len_b=2)
+    maps = am.decode_with_attention(model, SRC, max_len_b=2)
     with pytest.raises(ValueError, match="layer 5"):
         att.plot_attention(maps, layer=5)
     _, arrays = att.plot_attention(maps, "encoder", layer=-2)
@@ -105,7 +106,7 @@ def test_plot_attention_rejects_bad_layer_and_head(model):
 
 def test_save_attention_plot(model_dir, tmp_path):
     """A model directory's attention as a PNG, the way `aiayn plot attention` draws it."""
-    fig, _ = load_pipeline(model_dir).attention("a b c d", max_len_b=4).draw(size=(500, 400))
+    fig, _ = att.draw(load_pipeline(model_dir).attention("a b c d", max_len_b=4), size=(500, 400))
     path = save_png(fig, tmp_path / "sub" / "att.png")
     assert path == tmp_path / "sub" / "att.png"
     assert_picture(path, (500, 400))
@@ -116,7 +117,7 @@ def test_with_end_adds_the_eos_only_when_the_model_stopped_before_its_length_lim
     length limit (|src| * a + b tokens) never produced one."""
     from aiayn.config import EOS_ID, TransformerConfig
     from aiayn.models import Transformer
-    from aiayn.plots.attention import with_end
+    from aiayn.decoding.attention_maps import with_end
 
     model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=12)).eval()
     src = torch.tensor([[5, 6, 7, EOS_ID]])  # 4 tokens: the limit is 0.5 * 4 + 1 = 3

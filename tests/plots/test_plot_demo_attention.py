@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from aiayn.plots import save_png
+from aiayn.plots import draw, save_png
 from aiayn.tasks import load_pipeline
 from plot_helpers import assert_picture
 
@@ -19,4 +19,4 @@ def test_reverse_task_cross_attention_is_anti_diagonal(tmp_path):
     n = len(sentence.split())
     copied_from = cross[:n].argmax(-1)  # the source position read while writing output i
     assert np.mean(copied_from == np.arange(n)[::-1]) >= 0.75
-    assert_picture(save_png(maps.draw()[0], tmp_path / "a.png"), (1000, 700))
+    assert_picture(save_png(draw(maps)[0], tmp_path / "a.png"), (1000, 700))

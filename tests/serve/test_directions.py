@@ -16,7 +16,7 @@ from aiayn.config import DecodeConfig, TransformerConfig  # noqa: E402
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers  # noqa: E402
 from aiayn.models import Transformer  # noqa: E402
 from aiayn.serve.app import create_app  # noqa: E402
-from aiayn.tasks.base import write_task_info  # noqa: E402
+from aiayn.model_dir import write_task_info  # noqa: E402
 from tiny_models import WORDS, tiny_model  # noqa: E402
 
 TAGS = ["<2de>", "<2fr>", "<2cs>"]

@@ -12,7 +12,7 @@ from aiayn.tasks.classify import ClassifyTask
 from aiayn.tasks.lm import Generator
 from aiayn.tasks.translation import TranslationTask
 from aiayn.training.config import load_config
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 from test_summarization_qa import babi_task, stories, summarization_task, write_jsonl
 
 

@@ -9,7 +9,7 @@ from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, 
 from aiayn.tasks.lm import LMTask
 from aiayn.tasks.lm import Generator, split_text
 from aiayn.training.config import load_config
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 
 
 def lm_config(corpus, *overrides):

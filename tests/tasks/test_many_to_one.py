@@ -7,7 +7,7 @@ from aiayn.config import UNK_ID
 
 from aiayn.tasks.translation import TranslationTask
 from aiayn.training.config import load_config
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 
 
 def corpus(directory, n_train=6, n_valid=3):

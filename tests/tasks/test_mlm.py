@@ -10,7 +10,7 @@ from aiayn.config import PAD_ID, UNK_ID
 from aiayn.data.tokenizer import SentencePieceTokenizer
 from aiayn.tasks.mlm import MLMTask, mask_id_of, mask_tokens
 from aiayn.training.config import load_config
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 
 
 def test_mask_id_is_the_mask_piece_and_a_vocabulary_without_one_is_refused():

@@ -1,6 +1,6 @@
 """`aiayn.tasks.seq2seq.Seq2SeqTask`: what every text-to-text task shares."""
 
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 from test_drops import finished_model
 from test_summarization_qa import summarization_task, write_jsonl
 

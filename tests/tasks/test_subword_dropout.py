@@ -8,7 +8,7 @@ import pytest
 from aiayn.config import ConfigError
 from aiayn.tasks.translation import TranslationTask
 from aiayn.training.config import load_config
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 
 SETTINGS = ["train.max_updates=1", 'data.src_lang="x"', 'data.tgt_lang="y"', 'data.vocab_type="bpe"',
             "data.vocab_size=330", "data.max_tokens=600"]

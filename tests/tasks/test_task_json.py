@@ -12,7 +12,7 @@ from aiayn.cli import main
 from aiayn.models import build_model
 from aiayn.models.encoder_only import EncoderOnlyConfig
 from aiayn.tasks import load_pipeline, task_of
-from aiayn.tasks.base import write_task_info
+from aiayn.model_dir import write_task_info
 from aiayn.tasks.classify import ClassifyData
 from tiny_models import WORDS, tiny_model
 

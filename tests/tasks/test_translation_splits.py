@@ -5,7 +5,7 @@ import pytest
 from aiayn.data.corpus import CorpusError
 from aiayn.tasks.translation import TranslationTask
 from aiayn.training.config import load_config
-from aiayn.training.distributed import SINGLE
+from aiayn.distributed import SINGLE
 
 SETTINGS = ["train.max_updates=1", 'data.vocab_type="symbols"']
 

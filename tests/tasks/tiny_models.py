@@ -13,7 +13,7 @@ from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.models import build_model
 from aiayn.models.decoder_only import DecoderOnlyConfig
 from aiayn.models.encoder_only import EncoderOnlyConfig
-from aiayn.tasks.base import write_task_info
+from aiayn.model_dir import write_task_info
 
 WORDS = symbols(12) + ["[SEP]"]
 GREEDY = dataclasses.asdict(DecodeConfig(method="greedy", max_len_a=0.0, max_len_b=5))

@@ -7,7 +7,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decoding import greedy_search
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.tasks.loss import label_smoothed_loss
 
 
 def _batch(rng: random.Random, n: int, vocab: int):

@@ -7,7 +7,7 @@ import torch
 from aiayn.config import OptimConfig
 from aiayn.models.transformer import Transformer
 from aiayn.training.config import RunConfig
-from aiayn.training.distributed import init_from_env, shutdown, wrap_ddp
+from aiayn.distributed import init_from_env, shutdown, wrap_ddp
 
 from training_helpers import make_trainer, batches, tiny_config
 

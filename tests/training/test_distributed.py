@@ -96,7 +96,7 @@ def test_the_trainers_cpu_numbers_have_a_backend_on_every_device(device_type, ex
     CUDA tensors only; a plain "nccl" group fails at the trainer's first all_reduce), with gradients on NCCL."""
     from torch.distributed.distributed_c10d import Backend, BackendConfig
 
-    from aiayn.training.distributed import process_group_backend
+    from aiayn.distributed import process_group_backend
 
     served = BackendConfig(Backend(process_group_backend(device_type))).get_device_backend_map()
     assert {device: served[device] for device in expected} == expected

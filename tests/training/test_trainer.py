@@ -9,7 +9,7 @@ from aiayn.config import OptimConfig
 from aiayn.models.transformer import Transformer
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.tasks.loss import label_smoothed_loss
 from aiayn.plots.curves import read_metrics
 from aiayn.training.trainer import TrainingDiverged
 

@@ -11,8 +11,8 @@ from torch import Tensor
 from typing import Callable
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, OptimConfig, TransformerConfig
-from aiayn.training.distributed import SINGLE
-from aiayn.training.loss import label_smoothed_loss
+from aiayn.distributed import SINGLE
+from aiayn.tasks.loss import label_smoothed_loss
 from aiayn.training.schedule import lr_function
 from aiayn.training.trainer import Trainer
 

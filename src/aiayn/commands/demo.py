@@ -92,7 +92,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from aiayn.commands.train import progress_bar
-    from aiayn.plots import save_png
+    from aiayn.plots import draw, save_png
     from aiayn.tasks import load_pipeline
     from aiayn.training.config import string_override
 
@@ -107,7 +107,7 @@ def run(args) -> int:
     print(f"task: {cfg.data.task}   exact match: {result.accuracy:.1%} on {len(result.examples)} held-out examples")
     print(f"model: {result.model_dir}   time: {result.seconds:.1f} s")
     longest = max((src for src, _, _ in result.examples), key=len)
-    figure, _ = load_pipeline(result.model_dir).attention(longest).draw()
+    figure, _ = draw(load_pipeline(result.model_dir).attention(longest))
     plot = save_png(figure, Path(args.output) / "attention.png")
     print(f"cross-attention of '{longest}': {plot}")
     return 0

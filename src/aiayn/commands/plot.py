@@ -113,6 +113,7 @@ def _attention(args, size: dict):
     index) for a pipeline that reads images, `--sentence` for one that reads text."""
     from aiayn.commands.door import load
     from aiayn.config import DecodeConfig
+    from aiayn.plots.attention import draw  # matplotlib's import: only for a plot
 
     if args.max_len_b is not None:
         DecodeConfig(max_len_b=args.max_len_b)  # refused as `aiayn translate --max-len-b` refuses it
@@ -125,7 +126,7 @@ def _attention(args, size: dict):
                          "give --image N (the number of a test image)")
     maps = pipeline.attention(str(args.image) if image else args.sentence, max_len_b=args.max_len_b)
     print(maps.describe(), file=_notes(args))
-    return maps.draw(args.part, args.layer, args.head, **size)
+    return draw(maps, args.part, args.layer, args.head, **size)
 
 
 def _scaling_dims(max_dk: int | None) -> dict:

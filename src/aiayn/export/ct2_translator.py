@@ -40,6 +40,7 @@ from pathlib import Path
 
 from aiayn.config import BOS_ID, DEFAULT_BATCH_TOKENS, EOS_ID, PAD_ID, DecodeConfig, SamplingConfig
 from aiayn.decoding.translator import TextTranslator
+from aiayn.model_dir import read_task_info, translator_options
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +76,6 @@ class CT2Translator(TextTranslator):
         `kwargs` go to the constructor and, when not None, win over the export's task.json."""
         from aiayn.data.tokenizer import load_tokenizers
         from aiayn.export.ctranslate2 import read_manifest, require_ctranslate2
-        from aiayn.tasks import read_task_info
-        from aiayn.tasks.seq2seq import translator_options
 
         export_dir = Path(export_dir)
         if not export_dir.is_dir():

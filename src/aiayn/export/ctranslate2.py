@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from aiayn.io import check_replaceable, read_json_object
+from aiayn.model_dir import DEFAULT_TASK, decode_settings, read_task_info, write_task_info
 from aiayn.runtime import MissingExtra
 
 log = logging.getLogger(__name__)
@@ -103,8 +104,6 @@ def _read_model_dir(model_dir: Path):
     from aiayn.data.tokenizer import load_tokenizers
     from aiayn.decoding.translator import check_vocab
     from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
-    from aiayn.tasks import read_task_info
-    from aiayn.tasks.seq2seq import decode_settings
 
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: model directory not found")
@@ -143,7 +142,6 @@ def _check_destination(out_dir: Path, model_dir: Path) -> None:
 
 def _manifest(model_dir: Path, model, quantization: str, info: dict, decode, ct2_version: str) -> dict:
     from aiayn import __version__
-    from aiayn.tasks import DEFAULT_TASK
 
     c = model.config
     return {
@@ -163,7 +161,6 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, decode, ct2
 def _write_extras(directory: Path, tokenizers, info: dict, manifest: dict) -> None:
     from aiayn.data.tokenizer import save_tokenizers
     from aiayn.io import atomic_write
-    from aiayn.tasks import write_task_info
 
     save_tokenizers(tokenizers, directory)
     if info:

@@ -40,8 +40,8 @@ from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imp
 from aiayn.interop.tokenizers import MarianTokenizer
 from aiayn.interop.vocab import IdMap
 from aiayn.io import read_json_object
+from aiayn.model_dir import decode_settings
 from aiayn.models.transformer import Transformer
-from aiayn.tasks.seq2seq import decode_settings
 from aiayn.tasks.translation import TranslationTask
 
 ARCHITECTURE = "MarianMTModel"

@@ -211,7 +211,7 @@ class Transformer(PretrainedModel):
 
     def forward(self, src: Tensor, tgt: Tensor, with_ponder: bool = False):
         """Teacher-forced logits: (B, S), (B, T) -> (B, T, V); with `with_ponder`, (logits, the
-        encoder's ponder time) for a loss with ACT halting (`aiayn.training.loss.add_ponder_cost`)."""
+        encoder's ponder time) for a loss with ACT halting (`aiayn.tasks.loss.add_ponder_cost`)."""
         enc = self.encode(src)
         logits = self.decode(tgt, self.init_cache(enc, capacity=tgt.shape[1])).logits
         return (logits, enc.ponder) if with_ponder else logits

@@ -13,7 +13,7 @@ p_t = sigmoid(w·state + b). A position runs until its summed halting probabilit
 output = w_t · state_t + (1 - w_t) · output, where Graves sums w_t · state_t. Every position's state
 keeps being computed until all have halted (the others still attend to it), but a halted
 position's output no longer changes. A position's ponder time is its step count plus R; the mean
-over real positions goes into the loss (`ponder_cost`, `aiayn.training.loss.add_ponder_cost`).
+over real positions goes into the loss (`ponder_cost`, `aiayn.tasks.loss.add_ponder_cost`).
 A position that reaches the last step without passing 1 - ε stops there with the weights it has
 (their sum below 1) and R = 0, as in the UT code, so the ponder cost gives its halting unit no
 gradient (the task loss still does); Graves instead makes the last step take the remainder.

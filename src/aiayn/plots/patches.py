@@ -8,49 +8,11 @@ layer's row reshapes to the patch grid and can be laid over the image.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from aiayn.models.base import eval_mode
+from aiayn.decoding.attention_maps import PatchAttention
 from aiayn.plots._figure import DEFAULT_SIZE, new_figure
-
-
-@dataclass(frozen=True)
-class PatchAttention:
-    image: np.ndarray  # (H, W) pixels in [0, 1]
-    cls: np.ndarray  # (L, heads, N): [CLS] -> patch weights; each (layer, head) row sums to 1 with the [CLS] column
-    patch_size: int
-    label: str
-    prediction: str
-    probability: float
-
-    def draw(self, part: str | None = None, layer: int | None = None, head: int | None = None,
-             size: tuple[int, int] = DEFAULT_SIZE):
-        """`plot_patch_attention`: per layer, or per head of `layer` (`part` and `head` do not apply)."""
-        return plot_patch_attention(self, layer, size)
-
-    def describe(self) -> str:
-        return f"label {self.label}, predicted {self.prediction} ({self.probability:.0%})"
-
-    def grid(self, layer: int, head: int | None = None) -> np.ndarray:
-        """(H/p, W/p) weights of one head, or the heads' mean when head is None."""
-        weights = self.cls[layer].mean(0) if head is None else self.cls[layer, head]
-        side = self.image.shape[0] // self.patch_size
-        return weights.reshape(side, self.image.shape[1] // self.patch_size)
-
-
-@torch.inference_mode()
-def patch_attention(model, image: np.ndarray, patch_size: int, patches: np.ndarray, labels: list[str],
-                    label: str) -> PatchAttention:
-    """[CLS]'s attention to each patch of `image` (H, W), whose patches (N, p²) the model reads, and
-    the model's prediction among `labels`; `label` is the image's own."""
-    x = torch.from_numpy(patches[None])  # (1, N, p²)
-    with eval_mode(model):
-        weights = torch.stack([w[0, :, 0, 1:] for w in model.attention(x)])  # (L, heads, N)
-        probs = model.classify(x)[0].float().softmax(-1)
-    return PatchAttention(image, weights.numpy(), patch_size, label, labels[int(probs.argmax())], float(probs.max()))
 
 
 def plot_patch_attention(att: PatchAttention, layer: int | None = None, size: tuple[int, int] = DEFAULT_SIZE):

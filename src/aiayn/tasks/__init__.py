@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from aiayn.config import ConfigError
+from aiayn.model_dir import DEFAULT_TASK, read_task_info, task_of, write_task_info
 from aiayn.tasks.pipeline import Pipeline, RequestError, one_line  # what every door speaks
 
 TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", imported on first use
@@ -30,7 +31,6 @@ TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", importe
     "embed": "aiayn.tasks.embed:EmbedTask",
     "image-classify": "aiayn.tasks.vision:ImageClassifyTask",
 })
-DEFAULT_TASK = "translation"  # a recipe without `task`, and a model directory without task.json
 ENTRY_POINT_GROUP = "aiayn.tasks"
 
 
@@ -63,32 +63,6 @@ def build_task(cfg):
     return task_class(cfg.task)(cfg)
 
 
-def task_of(model_dir: str | Path) -> str:
-    """The task name recorded in a model directory's task.json (`DEFAULT_TASK` without one)."""
-    return read_task_info(model_dir).get("task", DEFAULT_TASK)
-
-
-def read_task_info(model_dir: str | Path, expect: str | None = None) -> dict:
-    """A model directory's task.json (see `aiayn.tasks.base.read_task_info`)."""
-    from aiayn.tasks import base
-
-    return base.read_task_info(model_dir, expect)
-
-
-def write_task_info(model_dir: str | Path, info: dict) -> None:
-    """task.json, atomically (see `aiayn.tasks.base.write_task_info`)."""
-    from aiayn.tasks import base
-
-    base.write_task_info(model_dir, info)
-
-
-def checkpoint_task_info(ckpt: str | Path) -> dict:
-    """The task.json that goes with a checkpoint (see `aiayn.tasks.base.checkpoint_task_info`)."""
-    from aiayn.tasks import base
-
-    return base.checkpoint_task_info(ckpt)
-
-
 def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", **options):
     """The inference door of a model directory: its task's `Pipeline`, set up as its task.json says
     (decoding defaults, how long inputs are cut); `options` that are not None win over task.json.
@@ -110,5 +84,5 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
     return pipeline.from_pretrained(model_dir, device=device, **options)
 
 
-__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "checkpoint_task_info", "load_pipeline", "Pipeline",
+__all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "load_pipeline", "Pipeline",
            "RequestError", "one_line", "read_task_info", "write_task_info"]

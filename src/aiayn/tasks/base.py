@@ -21,10 +21,9 @@ import torch
 from torch import nn
 
 from aiayn.data.tokenizer import TOKENIZER_DIR
-from aiayn.io import read_json_object
 from aiayn.runtime import release_freed_memory
-from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums
+from aiayn.distributed import DistInfo
+from aiayn.tasks.loss import LossSums
 
 
 class TrainingBatch(Protocol):
@@ -79,9 +78,6 @@ class Task(Protocol):
 # -- what every task writes beside the weights ---------------------------------------------------
 log = logging.getLogger(__name__)
 
-TASK_FILE = "task.json"  # in a model directory: which task made it, and what its inference needs
-
-
 def run_tokenizers(data, run_dir: Path, dist: DistInfo, fresh: bool, build: Callable[[], Any]):
     """The run's vocabulary: `data.tokenizer` if set; else RUN_DIR/tokenizer, made by `build()`
     (a `TokenizerPair`) on rank 0 for a fresh run (whatever an earlier, failed start left there),
@@ -102,67 +98,6 @@ def run_tokenizers(data, run_dir: Path, dist: DistInfo, fresh: bool, build: Call
     if dist.enabled:
         torch.distributed.barrier()
     return load_tokenizers(directory)
-
-
-def write_task_info(model_dir: str | Path, info: dict) -> None:
-    """task.json, atomically; `info` holds at least {"task": name}."""
-    from aiayn.io import atomic_write
-
-    with atomic_write(Path(model_dir) / TASK_FILE) as tmp:
-        tmp.write_text(json.dumps(info, indent=2) + "\n")
-
-
-def task_field(info: dict, model_dir: str | Path, name: str, kind: type, what: str):
-    """task.json's `name` (`info`: as `read_task_info` read it), which must be a `kind`; its absence or
-    another type is a ValueError naming the file and saying what it should hold (`what`)."""
-    value = info.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise ValueError(f"{Path(model_dir) / TASK_FILE}: no {name} ({what})")
-    return value
-
-
-def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
-    """The model directory's task.json ({} for a directory written before it existed: a translation
-    model). A path that is not a model directory (no config.json), or a "task" that is not a name, is
-    an error saying so; with `expect`, a directory of another task is an error naming both."""
-    from aiayn.models.base import CONFIG_FILE
-
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"{model_dir}: model directory not found")
-    if not (model_dir / CONFIG_FILE).is_file():
-        raise ValueError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
-    path = model_dir / TASK_FILE
-    info = read_json_object(path, missing_ok=True)
-    from aiayn.tasks import DEFAULT_TASK
-
-    found = info.get("task", DEFAULT_TASK)
-    if not isinstance(found, str) or not found.strip():
-        raise ValueError(f"{path}: task must be a task name (a string such as {DEFAULT_TASK!r}), got {found!r}")
-    if expect is not None and found != expect:
-        raise ValueError(f"{model_dir}: a {found} model ({TASK_FILE}), not a {expect} model")
-    return info
-
-
-def checkpoint_task_info(ckpt: str | Path) -> dict:
-    """The task.json that goes with a checkpoint or model directory: its own (training checkpoints carry
-    one since 2026-11-26), else its run's model/ (ckpt = RUN_DIR/checkpoints/ckpt_N). Neither: {} for a
-    run of the default task, which reads so; a run of another task is an error naming it, instead of a
-    model that would answer as the wrong task."""
-    from aiayn.tasks import DEFAULT_TASK
-    from aiayn.training.checkpoint import MODEL_DIR, found_beside, run_dir_of
-    from aiayn.training.config import CONFIG_NAME, load_config
-
-    found = found_beside(ckpt, TASK_FILE, [MODEL_DIR])
-    if found is not None:
-        return read_task_info(found)
-    run_dir = run_dir_of(ckpt)
-    config = run_dir / CONFIG_NAME
-    task = load_config(config).task if config.is_file() else DEFAULT_TASK  # a damaged config.toml: an error naming it
-    if task != DEFAULT_TASK:
-        raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / MODEL_DIR} for this {task} run ({config}); "
-                                f"pass a model directory of the same task (--task-from)")
-    return {}
 
 
 def write_test_scores(model_dir: str | Path, result: dict) -> Path:

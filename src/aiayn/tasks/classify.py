@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, ClassVar, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -34,16 +34,19 @@ from aiayn.data.batching import LazyBatches
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.distributed import DistInfo
 from aiayn.decoding.common import input_tokens, pad_sources
 from aiayn.models.base import CONFIG_FILE, eval_mode
 from aiayn.models.encoder_only import EncoderOnly
-from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, task_field, write_task_info, write_test_scores
+from aiayn.model_dir import TASK_FILE, read_task_info, task_field, write_task_info
+from aiayn.tasks.base import Drops, run_tokenizers, write_test_scores
 from aiayn.tasks.pipeline import Pipeline
 from aiayn.tasks.seq2seq import build_tokenizers
 from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, carving, check_carve, check_positive
-from aiayn.training.config import TrainConfig
-from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums, add_ponder_cost, class_smoothed_loss, ponder_weight
+
+if TYPE_CHECKING:  # annotations only: training builds tasks
+    from aiayn.training.config import TrainConfig
+from aiayn.tasks.loss import LossSums, add_ponder_cost, class_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +258,7 @@ class Classifier(Pipeline):
     def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
         """The bidirectional self-attention over the text of `line`, [CLS] first."""
         from aiayn.models.encoder_only import CLS_ID
-        from aiayn.plots.attention import self_attention_maps
+        from aiayn.decoding.attention_maps import self_attention_maps
 
         return self_attention_maps(self.model, self.tokenizer, line.strip(), "encoder", first=[("[CLS]", CLS_ID)])
 

@@ -34,7 +34,7 @@ from aiayn.data.tokenizer import load_tokenizers
 from aiayn.decoding.common import pad_sources
 from aiayn.io import read_json_object
 from aiayn.models.encoder_only import EncoderOnly
-from aiayn.tasks.base import TASK_FILE, read_task_info
+from aiayn.model_dir import TASK_FILE, read_task_info
 from aiayn.tasks.classify import input_limit, text_inputs
 from aiayn.tasks.mlm import MLMTask
 from aiayn.tasks.pipeline import Pipeline

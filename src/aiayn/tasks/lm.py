@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Callable, ClassVar, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optional
 
 import numpy as np
 import torch
@@ -29,13 +29,16 @@ import torch
 from aiayn.config import PAD_ID, UNK_ID, check_choice, check_sampling_use
 from aiayn.data.batching import LazyBatches
 from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.distributed import DistInfo
 from aiayn.models.decoder_only import DecoderOnly
-from aiayn.tasks.base import read_task_info, run_tokenizers, write_task_info
+from aiayn.model_dir import read_task_info, write_task_info
+from aiayn.tasks.base import run_tokenizers
 from aiayn.tasks.pipeline import Pipeline, RequestError
 from aiayn.tasks.settings import VocabSettings, check, check_fraction
-from aiayn.training.config import TrainConfig
-from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums, label_smoothed_loss
+from aiayn.tasks.loss import LossSums, label_smoothed_loss
+
+if TYPE_CHECKING:  # annotations only: training builds tasks
+    from aiayn.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
 JOIN_CONTEXT = 8  # prompt tokens a continuation is decoded after (`Generator._continuation`)
@@ -233,7 +236,7 @@ class Generator(Pipeline):
 
     def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
         """The causal self-attention over the text of `line` (nothing generated)."""
-        from aiayn.plots.attention import self_attention_maps
+        from aiayn.decoding.attention_maps import self_attention_maps
 
         return self_attention_maps(self.model, self.tokenizer, line, "decoder")
 

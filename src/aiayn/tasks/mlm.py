@@ -24,8 +24,8 @@ from aiayn.data.tokenizer import N_SPECIALS
 from aiayn.decoding.common import pad_sources
 from aiayn.tasks.classify import MASK, ClassifyData, ClassifyTask, TextBatch
 from aiayn.tasks.pipeline import NoPipeline
-from aiayn.training.distributed import DistInfo
-from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
+from aiayn.distributed import DistInfo
+from aiayn.tasks.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
 

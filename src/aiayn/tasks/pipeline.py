@@ -61,7 +61,7 @@ class Pipeline:
         from pathlib import Path
 
         from aiayn.models import CONFIG_FILE, read_config
-        from aiayn.tasks.base import TASK_FILE
+        from aiayn.model_dir import TASK_FILE
 
         try:
             model_type, _ = read_config(model_dir)

@@ -30,7 +30,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import torch
 
@@ -40,16 +40,19 @@ from aiayn.models.transformer import Transformer
 from aiayn.data.batching import Batch, LazyBatches
 from aiayn.data.preprocess import ParallelDataset
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
+from aiayn.distributed import DistInfo, main_first
 from aiayn.decoding.common import encode_source, input_tokens
 from aiayn.decoding.translator import Translator, arithmetic
 from aiayn.io import atomic_write
 from aiayn.runtime import stable_hash
-from aiayn.tasks.base import TASK_FILE, Drops, read_task_info, run_tokenizers, write_task_info, write_test_scores
+from aiayn.model_dir import read_task_info, translator_options, write_task_info
+from aiayn.tasks.base import Drops, run_tokenizers, write_test_scores
 from aiayn.tasks.pipeline import Pipeline, RequestError
 from aiayn.tasks.settings import TextPairSettings
-from aiayn.training.config import TrainConfig
-from aiayn.training.distributed import DistInfo, main_first
-from aiayn.training.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
+from aiayn.tasks.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
+
+if TYPE_CHECKING:  # annotations only: training builds tasks
+    from aiayn.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
 UNKNOWN_WARNING = 0.05  # a share of <unk> tokens above this: the vocabulary was made for other text
@@ -406,7 +409,7 @@ class TextPipeline(Pipeline):
     def attention(self, line: str, max_len_a: Optional[float] = None, max_len_b: Optional[int] = None):
         """The attention maps of the greedy output for one input line, its source cut as the door cuts
         it; the output length limit is the directory's unless given."""
-        from aiayn.plots.attention import attention_maps
+        from aiayn.decoding.attention_maps import attention_maps
 
         tr = self.translator
         ids = encode_source(tr.tokenizers.src, self.prepare([self.parse_line(line)])[0], tr.max_input_tokens, tr.keep)
@@ -445,7 +448,7 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
     output's tokens, re-encoded from its text, with the EOS that ended it unless `decode`'s length
     limit did): layers x heads x target x source, with the pieces."""
     from aiayn.config import BOS_ID
-    from aiayn.plots.attention import forward_attention, with_end
+    from aiayn.decoding.attention_maps import forward_attention, with_end
 
     tok, device = translator.tokenizers, translator.device
     src = torch.tensor([encode_source(tok.src, source, translator.max_input_tokens, translator.keep)], device=device)
@@ -454,26 +457,6 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
     cross = torch.stack([w[0] for w in per_layer]).float().cpu()  # (L, H, T, S)
     return {"weights": [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in cross.tolist()],
             "source": tok.src.pieces(src[0].tolist()), "target": tok.tgt.pieces(out)}
-
-
-def translator_options(info: dict, model_dir: str | Path) -> dict:
-    """`Translator` options from `model_dir`'s task.json (`info`): its decoding defaults and how its
-    sources are cut ({} for a directory without task.json: the Translator's defaults)."""
-    options = {"keep": info.get("keep", "start"), "max_input_tokens": info.get("max_input_tokens")}
-    if "decode" in info:
-        options["decode"] = decode_settings(info, model_dir)
-    return options
-
-
-def decode_settings(info: dict, model_dir: str | Path):
-    """task.json's (`info`) decoding settings as a `DecodeConfig` (its defaults where it has none); a bad
-    setting is a one-line error naming the file."""
-    from aiayn.config import DecodeConfig
-
-    try:
-        return DecodeConfig(**info.get("decode", {}))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{Path(model_dir) / TASK_FILE}: bad decode settings ({e})") from None
 
 
 def refuse_one_file_for(data, splits: Sequence[str], data_dir: str = "") -> None:

@@ -24,11 +24,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from aiayn.tasks.base import read_task_info, task_field, write_task_info
+from aiayn.model_dir import read_task_info, task_field, write_task_info
 from aiayn.tasks.classify import Classifier, ClassifyTask, TextBatch, labels_of, refuse_options
 from aiayn.tasks.pipeline import RequestError
 from aiayn.tasks.settings import SplitSettings, check_positive
-from aiayn.training.distributed import SINGLE, DistInfo
+from aiayn.distributed import SINGLE, DistInfo
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class ImageClassifier(Classifier):
 
     def attention(self, line: str, **output_limits):
         """[CLS]'s attention to the patches of test image number `line` of the digits."""
-        from aiayn.plots.patches import patch_attention
+        from aiayn.decoding.attention_maps import patch_attention
 
         try:
             index = int(line)

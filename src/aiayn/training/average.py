@@ -17,7 +17,9 @@ from aiayn.config import training_only_names
 from aiayn.data.tokenizer import MANIFEST, TOKENIZER_DIR, TokenizerPair, load_tokenizers, save_tokenizers
 from aiayn.io import atomic_dir, check_replaceable, read_tensors
 from aiayn.models import CONFIG_FILE, MODEL_TYPE_KEY, WEIGHTS_FILE, PretrainedModel, is_model_dir, load_model, read_config
-from aiayn.training.checkpoint import MODEL_DIR, found_beside
+from aiayn.model_dir import DEFAULT_TASK, TASK_FILE, read_task_info, write_task_info
+from aiayn.training.checkpoint import MODEL_DIR, found_beside, run_dir_of
+from aiayn.training.config import CONFIG_NAME, load_config
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,23 @@ def check_same_vocabulary(paths: Sequence[str | Path], expected: TokenizerPair, 
                                   f"the weights of models with different vocabularies have no meaningful mean")
 
 
+def checkpoint_task_info(ckpt: str | Path) -> dict:
+    """The task.json that goes with a checkpoint or model directory: its own (training checkpoints carry
+    one since 2026-11-26), else its run's model/ (ckpt = RUN_DIR/checkpoints/ckpt_N). Neither: {} for a
+    run of the default task, which reads so; a run of another task is an error naming it, instead of a
+    model that would answer as the wrong task."""
+    found = found_beside(ckpt, TASK_FILE, [MODEL_DIR])
+    if found is not None:
+        return read_task_info(found)
+    run_dir = run_dir_of(ckpt)
+    config = run_dir / CONFIG_NAME
+    task = load_config(config).task if config.is_file() else DEFAULT_TASK  # a damaged config.toml: an error naming it
+    if task != DEFAULT_TASK:
+        raise FileNotFoundError(f"no {TASK_FILE} in {ckpt} or {run_dir / MODEL_DIR} for this {task} run ({config}); "
+                                f"pass a model directory of the same task (--task-from)")
+    return {}
+
+
 def write_average(paths: Sequence[Path], output: str | Path, tokenizer: str | Path | None = None,
                   task_info: dict | None = None) -> tuple[Path, Path]:
     """The mean of the checkpoints' weights as a self-contained model directory `output`, with the
@@ -112,8 +131,6 @@ def write_average(paths: Sequence[Path], output: str | Path, tokenizer: str | Pa
     checkpoint's own must match, and `task_info` as task.json (default: the first checkpoint's or its
     run's, `checkpoint_task_info`). All is checked before anything is written. Returns (the model
     directory, the directory the vocabulary came from)."""
-    from aiayn.tasks import checkpoint_task_info, write_task_info
-
     info = checkpoint_task_info(paths[0]) if task_info is None else task_info
     tok_dir = Path(tokenizer) if tokenizer else tokenizer_dir(paths[0])
     if tok_dir is None:

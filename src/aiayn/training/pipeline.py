@@ -29,7 +29,7 @@ from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import (CONFIG_NAME, VOCABULARY_KEYS, ModelSpec, TrainConfig, load_config, save_config,
                                    string_override)
-from aiayn.training.distributed import DistInfo, init_from_env, shutdown
+from aiayn.distributed import DistInfo, init_from_env, shutdown
 from aiayn.training.metrics import METRICS_FILE
 from aiayn.training.schedule import lr_function
 from aiayn.training.trainer import FitResult, Progress, Trainer, check_precision

@@ -37,7 +37,7 @@ from aiayn.io import atomic_dir
 from aiayn.runtime import cpu_flags, native_bf16, resolve_precision
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
-from aiayn.training.distributed import SINGLE, DistInfo, all_reduce, gather_objects, wrap_ddp
+from aiayn.distributed import SINGLE, DistInfo, all_reduce, gather_objects, wrap_ddp
 from aiayn.training.metrics import MetricsWriter
 from aiayn.training.schedule import adam
 

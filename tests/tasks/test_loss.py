@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.training.loss import class_smoothed_loss, label_smoothed_loss
+from aiayn.tasks.loss import class_smoothed_loss, label_smoothed_loss
 
 PAD = 0
 
