@@ -22,6 +22,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from torch import Tensor
 
+from aiayn.runtime import resolve_precision
+
 
 class DecoderState(Protocol):
     """A model's per-row decoding state (for the encoder-decoder: `KVCache`)."""
@@ -66,8 +68,6 @@ def for_inference(model, precision: str = "fp32") -> Decodable:
     `precision`: "fp32", "bf16", "int8" (`aiayn.models.fast_decoder`) or "auto" (bf16 where the
     device multiplies bf16 natively, else fp32; `runtime.resolve_precision`). A model that cannot
     decode in the precision asked for is an error, except for "auto", which falls back to fp32."""
-    from aiayn.runtime import resolve_precision
-
     resolved = resolve_precision(precision, next(model.parameters()).device)
     fast = getattr(model, "fast_decoder", None)
     why = f"a {type(model).__name__} {'in training mode ' if fast else ''}has no fast decoder"

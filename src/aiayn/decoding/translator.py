@@ -25,11 +25,13 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from aiayn.config import DEFAULT_BATCH_TOKENS, PAD_ID, DecodeConfig, SamplingConfig, check_sampling_use
+from aiayn.data.tokenizer import load_tokenizers
 from aiayn.decoding.beam import beam_search
 from aiayn.decoding.common import input_tokens, pad_sources, source_ids
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import for_inference
 from aiayn.decoding.sampling import sample
+from aiayn.models import load_model
 from aiayn.runtime import stable_hash
 
 log = logging.getLogger(__name__)
@@ -174,9 +176,6 @@ class Translator(TextTranslator):
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs) -> "Translator":
         """Load config, weights and tokenizers from one directory. Errors name the bad path."""
-        from aiayn.data.tokenizer import load_tokenizers
-        from aiayn.models import load_model
-
         model_dir = Path(model_dir)
         if not model_dir.is_dir():
             raise FileNotFoundError(f"{model_dir}: model directory not found")

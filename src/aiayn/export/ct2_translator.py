@@ -39,7 +39,11 @@ from itertools import groupby
 from pathlib import Path
 
 from aiayn.config import BOS_ID, DEFAULT_BATCH_TOKENS, EOS_ID, PAD_ID, DecodeConfig, SamplingConfig
+from aiayn.data.tokenizer import load_tokenizers
+from aiayn.decoding.common import max_output_length
+from aiayn.decoding.length_penalty import length_penalty
 from aiayn.decoding.translator import TextTranslator
+from aiayn.export.ctranslate2 import read_manifest, require_ctranslate2
 from aiayn.model_dir import read_task_info, translator_options
 
 log = logging.getLogger(__name__)
@@ -74,9 +78,6 @@ class CT2Translator(TextTranslator):
         """Load an export directory. `device`: "cpu", "cuda" or "cuda:N"; `compute_type`: CTranslate2's
         ("default": the exported quantization); `threads`: CPU threads (0: CTranslate2's default).
         `kwargs` go to the constructor and, when not None, win over the export's task.json."""
-        from aiayn.data.tokenizer import load_tokenizers
-        from aiayn.export.ctranslate2 import read_manifest, require_ctranslate2
-
         export_dir = Path(export_dir)
         if not export_dir.is_dir():
             raise FileNotFoundError(f"{export_dir}: export directory not found")
@@ -107,7 +108,6 @@ class CT2Translator(TextTranslator):
         """(output limit, indices) groups: CTranslate2 takes one max_decoding_length per call."""
         import torch
 
-        from aiayn.decoding.common import max_output_length
 
         order = list(sources)
         lengths = torch.tensor([len(sources[i]) for i in order])  # (N,) EOS included
@@ -141,8 +141,6 @@ class CT2Translator(TextTranslator):
 
     def _hypotheses(self, result, decode: DecodeConfig) -> list[tuple[list[int], float]]:
         """CTranslate2's scores are log P / |Y|^α; rescored by `decode`'s form, best `nbest` first."""
-        from aiayn.decoding.length_penalty import length_penalty
-
         alpha, rescored = decode.length_penalty, []
         for pieces, score in zip(result.hypotheses, result.scores):
             n = len(pieces)  # EOS included (return_end_token)

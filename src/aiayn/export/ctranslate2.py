@@ -30,8 +30,12 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
-from aiayn.io import check_replaceable, read_json_object
+from aiayn import __version__
+from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
+from aiayn.decoding.translator import check_vocab
+from aiayn.io import atomic_dir, atomic_write, check_replaceable, read_json_object
 from aiayn.model_dir import DEFAULT_TASK, decode_settings, read_task_info, write_task_info
+from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
 from aiayn.runtime import MissingExtra
 
 log = logging.getLogger(__name__)
@@ -68,7 +72,6 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, quantization:
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"cannot export {model_dir}: unknown quantization {quantization!r} "
                          f"(choose from {', '.join(QUANTIZATIONS)})")
-    from aiayn.io import atomic_dir
 
     ct2 = require_ctranslate2()
     model_dir, out_dir = Path(model_dir), Path(out_dir)
@@ -101,10 +104,6 @@ def read_manifest(export_dir: str | Path) -> dict:
 # -- the model directory ---------------------------------------------------------------------------
 def _read_model_dir(model_dir: Path):
     """(model, tokenizers, task info, its decoding settings) of an exportable model directory; errors name the file."""
-    from aiayn.data.tokenizer import load_tokenizers
-    from aiayn.decoding.translator import check_vocab
-    from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
-
     if not model_dir.is_dir():
         raise FileNotFoundError(f"{model_dir}: model directory not found")
     model_type, config = read_config(model_dir)
@@ -141,8 +140,6 @@ def _check_destination(out_dir: Path, model_dir: Path) -> None:
 
 
 def _manifest(model_dir: Path, model, quantization: str, info: dict, decode, ct2_version: str) -> dict:
-    from aiayn import __version__
-
     c = model.config
     return {
         "format": "ctranslate2", "version": MANIFEST_VERSION, "source": str(model_dir.resolve()),
@@ -159,9 +156,6 @@ def _manifest(model_dir: Path, model, quantization: str, info: dict, decode, ct2
 
 
 def _write_extras(directory: Path, tokenizers, info: dict, manifest: dict) -> None:
-    from aiayn.data.tokenizer import save_tokenizers
-    from aiayn.io import atomic_write
-
     save_tokenizers(tokenizers, directory)
     if info:
         write_task_info(directory, info)
@@ -192,7 +186,8 @@ def convert_transformer(model, out_dir: str | Path, quantization: str | None,
 def transformer_spec(model):
     """A CTranslate2 `TransformerSpec` holding the weights of `model` (float32 numpy copies)."""
     import numpy as np
-    from ctranslate2.specs import common_spec, transformer_spec as ts
+    from ctranslate2.specs import common_spec
+    from ctranslate2.specs import transformer_spec as ts
 
     c = model.config
     if c.universal:

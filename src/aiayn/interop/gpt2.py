@@ -14,9 +14,10 @@ from __future__ import annotations
 import torch
 
 from aiayn.config import BOS_ID, EOS_ID
+from aiayn.data.tokenizer import TokenizerPair
+from aiayn.interop.bert import read_tokenizer_json
 from aiayn.interop.checkpoint import (ACTIVATIONS_OUT, Checkpoint, Exported, Imported, Param, Unsupported,
-                                      activation_in, dump_params, json_file, linear, refuse_options, same,
-                                      transposed)
+                                      activation_in, dump_params, json_file, linear, refuse_options, same, transposed)
 from aiayn.interop.tokenizers import HFTokenizer
 from aiayn.interop.vocab import IdMap
 from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyConfig
@@ -59,7 +60,6 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
         norm_first=True, positional="learned", max_positions=c("n_positions", 1024), tie_output=True,
         scale_embeddings=False, layer_norm_eps=c("layer_norm_epsilon", 1e-5),
         activation=activation_in(ckpt, "activation_function", "gelu_new"), logits_bias=True)
-    from aiayn.data.tokenizer import TokenizerPair
 
     info = {"task": LMTask.name, "block": config.max_positions,
             "imported_from": {"format": "hf", "architecture": architecture}}
@@ -67,8 +67,6 @@ def import_checkpoint(ckpt: Checkpoint) -> Imported:
 
 
 def _import_tokenizer(ckpt: Checkpoint) -> HFTokenizer:
-    from aiayn.interop.bert import read_tokenizer_json
-
     eos, bos = ckpt.field("eos_token_id", 50256), ckpt.field("bos_token_id", 50256)
     specials = {eos: EOS_ID} if bos in (None, eos) else {eos: EOS_ID, bos: BOS_ID}
     ids = IdMap.build(ckpt.field("vocab_size", 50257), specials)

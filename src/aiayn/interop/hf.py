@@ -23,10 +23,14 @@ import importlib
 import logging
 from pathlib import Path
 
+from aiayn import __version__
 from aiayn.config import ConfigError
-from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file
-from aiayn.io import read_json_object
-from aiayn.models import CONFIG_FILE, is_model_dir
+from aiayn.data.tokenizer import MANIFEST, load_tokenizers, save_tokenizers
+from aiayn.decoding.translator import check_vocab
+from aiayn.interop.checkpoint import Checkpoint, Unsupported, json_file, load_params
+from aiayn.io import atomic_dir, atomic_write, check_replaceable, read_json_object
+from aiayn.model_dir import read_task_info, write_task_info
+from aiayn.models import CONFIG_FILE, Transformer, build_model, is_model_dir, load_model
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +48,6 @@ HUB_FILES = ("*.json", "*.safetensors", "*.spm", "*.model", "*.txt")
 def import_hf(src: str | Path, out: str | Path) -> Path:
     """Convert the Hugging Face model `src` into the aiayn model directory `out`: a local directory, or a
     Hub name (`Helsinki-NLP/opus-mt-de-en`) fetched first (`fetch_from_hub`)."""
-    from aiayn.data.tokenizer import save_tokenizers
-    from aiayn.decoding.translator import check_vocab
-    from aiayn.models import Transformer, build_model
-    from aiayn.interop.checkpoint import load_params
-    from aiayn.tasks import write_task_info
-
     src = src if Path(src).exists() else fetch_from_hub(str(src))
     ckpt = Checkpoint(src)
     kind = ckpt.field("model_type")
@@ -109,12 +107,6 @@ def export_hf(model_dir: str | Path, out: str | Path) -> Path:
     """Convert the aiayn model directory `model_dir` into a Hugging Face model directory `out`."""
     from safetensors.torch import save_file
 
-    from aiayn import __version__
-    from aiayn.data.tokenizer import MANIFEST, load_tokenizers
-    from aiayn.io import atomic_write
-    from aiayn.models import load_model
-    from aiayn.tasks import read_task_info
-
     model_dir = Path(model_dir)
     info = read_task_info(model_dir)
     model = load_model(model_dir)
@@ -139,8 +131,6 @@ def export_hf(model_dir: str | Path, out: str | Path) -> Path:
 
 
 def _family_of(model, model_dir: Path):
-    from aiayn.models.base import CONFIG_FILE
-
     family = next((m for m in map(importlib.import_module, FAMILIES.values()) if m.exports(model)), None)
     if family is None:
         raise Unsupported(f"{model_dir / CONFIG_FILE}: a {model.model_type!r} model has no Hugging Face counterpart "
@@ -161,8 +151,6 @@ def is_hf_dir(directory: Path) -> bool:
 
 def is_import(directory: Path) -> bool:
     """Whether `directory` is an earlier `import_hf`'s output: an aiayn model whose task.json says where from."""
-    from aiayn.tasks import read_task_info
-
     try:
         return is_model_dir(directory) and "imported_from" in read_task_info(directory)
     except (OSError, ValueError):
@@ -177,8 +165,6 @@ def is_export(directory: Path) -> bool:
 def _write_dir(out: Path, write, ours, kind: str, src: str | Path) -> None:
     """`write(tmp)` fills a directory beside `out`, which then replaces `out`: absent, empty, or an earlier
     output of this `kind` (`ours`); anything else there, or `src` itself, is an error."""
-    from aiayn.io import atomic_dir, check_replaceable
-
     check_replaceable(out, ours, kind, [src])
     with atomic_dir(out) as tmp:
         write(tmp)

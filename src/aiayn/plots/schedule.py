@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import logging
 import math
+from types import MappingProxyType
 from typing import Callable, Sequence
 
 import numpy as np
 
 from aiayn.config import OptimConfig, TransformerConfig
 from aiayn.plots._figure import DEFAULT_SIZE, check_whole, new_figure
+from aiayn.training import schedule
 
 log = logging.getLogger(__name__)
 TITLES = MappingProxyType({
@@ -28,8 +28,6 @@ MAX_STEPS, MAX_D_MODEL = 10**12, 2**20
 def available_schedules() -> dict[str, Callable[..., float]]:
     """name -> lr(step, d_model, warmup_steps, factor): the training module's registry when it
     has one (`SCHEDULES`), else just the paper's schedule."""
-    from aiayn.training import schedule
-
     return dict(getattr(schedule, "SCHEDULES", None) or {"noam": schedule.noam_lr})
 
 

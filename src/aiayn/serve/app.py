@@ -45,12 +45,13 @@ from typing import Sequence
 from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull, Unavailable
 from aiayn.serve.keys import UNLIMITED, KeyRing, given_key
 from aiayn.serve.limits import KeyLimits, ServeLimits
+from aiayn.serve.metrics import prometheus_text
 from aiayn.serve.requests import MAX_ERRORS, HTTPProblem, request_fields, shorten
 from aiayn.serve.routes import routes_of
 from aiayn.serve.routes.fields import validate
 from aiayn.serve.server import draining_server, is_loopback, uvicorn_config
 from aiayn.serve.worker import PipelineRunner, WorkerProcess
-from aiayn.tasks import RequestError, task_class, task_of
+from aiayn.tasks import RequestError, load_pipeline, task_class, task_of
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +68,6 @@ class ModelService:
 
     def __init__(self, model_dir: str | Path, device: str, batching: BatchConfig, limits: ServeLimits,
                  backend: str = "native", options: dict | None = None):
-        from aiayn.tasks import load_pipeline
-
         self.model_dir, self.limits, self.backend = Path(model_dir), limits, backend
         in_process = batching.worker == "thread"
         options = options or {}  # how the decoder computes (precision, quantize): only where it decodes
@@ -388,8 +387,6 @@ def _add_status_routes(app, services: list, routes: list, keys: KeyRing, respons
     @app.get("/metrics")
     async def metrics():
         """The same counters in Prometheus' text format."""
-        from aiayn.serve.metrics import prometheus_text
-
         body, content_type = prometheus_text(snapshot)
         return Response(body, media_type=content_type)
 

@@ -37,7 +37,7 @@ from typing import Any, Hashable, Iterator
 import torch  # noqa: F401  imported here so that the fork server imports it once for every worker
 
 from aiayn.serve.batcher import NotStarted, Unavailable
-from aiayn.tasks import RequestError
+from aiayn.tasks import RequestError, load_pipeline
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +235,6 @@ def name_process(title: str) -> None:
 def serve_pipeline(conn, model_dir: str, device: str, backend: str, options: dict | None = None) -> None:
     """The worker process: load the pipeline, then answer each message with ("ok", value) or
     ("error", (message, RequestError status or None)) until "stop" or the pipe closes."""
-    from aiayn.tasks import load_pipeline
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server drains, then stops this process
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     name_process(f"aiayn decoder {model_dir}")

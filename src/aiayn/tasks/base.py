@@ -20,9 +20,10 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 import torch
 from torch import nn
 
-from aiayn.data.tokenizer import TOKENIZER_DIR
-from aiayn.runtime import release_freed_memory
+from aiayn.data.tokenizer import TOKENIZER_DIR, load_tokenizers, save_tokenizers
 from aiayn.distributed import DistInfo
+from aiayn.io import atomic_write
+from aiayn.runtime import release_freed_memory
 from aiayn.tasks.loss import LossSums
 
 
@@ -82,8 +83,6 @@ def run_tokenizers(data, run_dir: Path, dist: DistInfo, fresh: bool, build: Call
     """The run's vocabulary: `data.tokenizer` if set; else RUN_DIR/tokenizer, made by `build()`
     (a `TokenizerPair`) on rank 0 for a fresh run (whatever an earlier, failed start left there),
     loaded when resuming. Every rank returns the same pair."""
-    from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
-
     if data.tokenizer:
         if not Path(data.tokenizer).is_dir():  # e.g. the model of a recipe meant to run first (sst2-mlm)
             raise FileNotFoundError(f"data.tokenizer = {data.tokenizer}: no such directory; train the run that "
@@ -102,8 +101,6 @@ def run_tokenizers(data, run_dir: Path, dist: DistInfo, fresh: bool, build: Call
 
 def write_test_scores(model_dir: str | Path, result: dict) -> Path:
     """RUN_DIR/test_scores.json (beside the model directory), atomically: what `Task.test` reports."""
-    from aiayn.io import atomic_write
-
     path = Path(model_dir).parent / "test_scores.json"
     with atomic_write(path) as tmp:
         tmp.write_text(json.dumps(result, indent=2) + "\n")

@@ -30,15 +30,17 @@ import numpy as np
 import torch
 
 from aiayn.config import PAD_ID, UNK_ID, ConfigError
-from aiayn.data.batching import LazyBatches
-from aiayn.data.corpus import CorpusError
+from aiayn.data.batching import LazyBatches, TokenBucketSampler
+from aiayn.data.corpus import CorpusError, read_lines
 from aiayn.data.records import record_file
 from aiayn.data.tokenizer import TokenizerPair, load_tokenizers, save_tokenizers
-from aiayn.distributed import DistInfo
+from aiayn.decoding.attention_maps import self_attention_maps
 from aiayn.decoding.common import input_tokens, pad_sources
-from aiayn.models.base import CONFIG_FILE, eval_mode
-from aiayn.models.encoder_only import EncoderOnly
+from aiayn.distributed import DistInfo
 from aiayn.model_dir import TASK_FILE, read_task_info, task_field, write_task_info
+from aiayn.models import load_model, read_config
+from aiayn.models.base import CONFIG_FILE, eval_mode
+from aiayn.models.encoder_only import CLS_ID, EncoderOnly
 from aiayn.tasks.base import Drops, run_tokenizers, write_test_scores
 from aiayn.tasks.pipeline import Pipeline
 from aiayn.tasks.seq2seq import build_tokenizers
@@ -46,6 +48,7 @@ from aiayn.tasks.settings import SplitSettings, VocabSettings, carved, carving, 
 
 if TYPE_CHECKING:  # annotations only: training builds tasks
     from aiayn.training.config import TrainConfig
+
 from aiayn.tasks.loss import LossSums, add_ponder_cost, class_smoothed_loss, ponder_weight
 
 log = logging.getLogger(__name__)
@@ -55,8 +58,6 @@ MASK = "[MASK]"
 
 def read_labelled(path: Path) -> tuple[list[str], list[str], int]:
     """(texts, labels, empty texts skipped) of a `text<TAB>label` file."""
-    from aiayn.data.corpus import read_lines
-
     texts, labels, n_empty = [], [], 0
     for i, line in enumerate(read_lines(path, strip=False), start=1):
         fields = line.split("\t")
@@ -147,8 +148,6 @@ def check_fits(max_input_tokens: int, max_positions: int) -> None:
 def labels_of(info: dict, model_dir: str | Path) -> list[str]:
     """The class names in `model_dir`'s task.json (`info`): strings, one per class of the model's head
     (config.json's n_classes). Their absence, another type or another number is an error naming the file."""
-    from aiayn.models import read_config
-
     labels = task_field(info, model_dir, "labels", list, "the class names, a list")
     path = Path(model_dir) / TASK_FILE
     odd = [label for label in labels if not isinstance(label, str)]
@@ -212,8 +211,6 @@ class Classifier(Pipeline):
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu",
                         max_input_tokens: int | None = None) -> "Classifier":
         """`max_input_tokens`, when not None, wins over task.json's."""
-        from aiayn.models import load_model
-
         info = read_task_info(model_dir, expect=cls.task)
         labels = labels_of(info, model_dir)
         model = load_model(model_dir, device=device)
@@ -257,9 +254,6 @@ class Classifier(Pipeline):
 
     def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
         """The bidirectional self-attention over the text of `line`, [CLS] first."""
-        from aiayn.models.encoder_only import CLS_ID
-        from aiayn.decoding.attention_maps import self_attention_maps
-
         return self_attention_maps(self.model, self.tokenizer, line.strip(), "encoder", first=[("[CLS]", CLS_ID)])
 
 
@@ -364,8 +358,6 @@ class ClassifyTask:
         return len(self.labels)
 
     def batches(self, split: str, epoch: int, dist: Optional[DistInfo], shuffle: bool) -> list[list[int]]:
-        from aiayn.data.batching import TokenBucketSampler
-
         ids, _ = self.splits[split]
         lengths = np.array([len(s) + 1 for s in ids])
         self.drops.note(split, "skipped", int((lengths > self.data.max_tokens).sum()), len(ids),
@@ -421,7 +413,6 @@ class ClassifyTask:
     def test(self, model_dir: Path, device, progress=None) -> Optional[dict]:
         if not self.data.test_split:
             return None
-        from aiayn.models import load_model
 
         t = time.monotonic()
         if self.data.test_split not in self.splits:

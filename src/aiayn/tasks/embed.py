@@ -33,8 +33,9 @@ from aiayn.config import PAD_ID, check_choice
 from aiayn.data.tokenizer import load_tokenizers
 from aiayn.decoding.common import pad_sources
 from aiayn.io import read_json_object
-from aiayn.models.encoder_only import EncoderOnly
 from aiayn.model_dir import TASK_FILE, read_task_info
+from aiayn.models import load_model
+from aiayn.models.encoder_only import EncoderOnly
 from aiayn.tasks.classify import input_limit, text_inputs
 from aiayn.tasks.mlm import MLMTask
 from aiayn.tasks.pipeline import Pipeline
@@ -92,8 +93,6 @@ class Embedder(Pipeline):
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu",
                         max_input_tokens: int | None = None) -> "Embedder":
-        from aiayn.models import load_model
-
         info = read_task_info(model_dir, expect=cls.task)
         pooling, normalize = info.get("pooling", DEFAULT_POOLING), info.get("normalize", False)
         if pooling not in POOLINGS or not isinstance(normalize, bool):

@@ -26,16 +26,20 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optiona
 import numpy as np
 import torch
 
-from aiayn.config import PAD_ID, UNK_ID, check_choice, check_sampling_use
+from aiayn.config import PAD_ID, UNK_ID, SamplingConfig, check_choice, check_sampling_use
 from aiayn.data.batching import LazyBatches
-from aiayn.data.tokenizer import CharTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.data.corpus import read_text_file
+from aiayn.data.tokenizer import CharTokenizer, SentencePieceTokenizer, TokenizerPair, load_tokenizers, save_tokenizers
+from aiayn.decoding.attention_maps import self_attention_maps
+from aiayn.decoding.streaming import pick_greedy, pick_sample, stream_tokens, text_pieces
 from aiayn.distributed import DistInfo
-from aiayn.models.decoder_only import DecoderOnly
 from aiayn.model_dir import read_task_info, write_task_info
+from aiayn.models import load_model
+from aiayn.models.decoder_only import DecoderOnly
 from aiayn.tasks.base import run_tokenizers
+from aiayn.tasks.loss import LossSums, label_smoothed_loss
 from aiayn.tasks.pipeline import Pipeline, RequestError
 from aiayn.tasks.settings import VocabSettings, check, check_fraction
-from aiayn.tasks.loss import LossSums, label_smoothed_loss
 
 if TYPE_CHECKING:  # annotations only: training builds tasks
     from aiayn.training.config import TrainConfig
@@ -126,8 +130,6 @@ class Generator(Pipeline):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **options) -> "Generator":
-        from aiayn.models import load_model
-
         read_task_info(model_dir, expect=cls.task)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src)
 
@@ -150,8 +152,6 @@ class Generator(Pipeline):
                method: str = GenerateOptions.method, seed: int | None = None,
                **sampling) -> Iterator[str]:
         """`generate`'s text in pieces, as it is generated; joined, they are what `generate` returns."""
-        from aiayn.decoding.streaming import text_pieces
-
         return text_pieces(*self._generation(prompt, max_new_tokens, method, seed, **sampling))
 
     def _generation(self, prompt: str, max_new_tokens: int, method: str, seed: int | None,
@@ -179,9 +179,6 @@ class Generator(Pipeline):
                 method: str = GenerateOptions.method, seed: int | None = None, **sampling):
         """The next-token picker for these settings; a ValueError names a bad one. `tokens` calls it before
         its first token, and the HTTP route before a stream starts."""
-        from aiayn.config import SamplingConfig
-        from aiayn.decoding.streaming import pick_greedy, pick_sample
-
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         check_choice("method", method, ("sample", "greedy"))
@@ -214,8 +211,6 @@ class Generator(Pipeline):
         return ids
 
     def _tokens(self, ids: list[int], max_new_tokens: int, pick) -> Iterator[int]:
-        from aiayn.decoding.streaming import stream_tokens
-
         device = next(self.model.parameters()).device
         block = self.model.config.max_positions if self.model.max_output_length is not None else None
         if block is not None and len(ids) >= block:
@@ -236,8 +231,6 @@ class Generator(Pipeline):
 
     def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
         """The causal self-attention over the text of `line` (nothing generated)."""
-        from aiayn.decoding.attention_maps import self_attention_maps
-
         return self_attention_maps(self.model, self.tokenizer, line, "decoder")
 
 
@@ -257,8 +250,6 @@ class LMTask:
 
 
     def prepare(self, run_dir: Path, dist: DistInfo, fresh: bool = True) -> None:
-        from aiayn.data.corpus import read_text_file
-
         t = time.monotonic()
         train, valid = split_text(read_text_file(self.data.corpus), self.data.valid_fraction)
         self.tokenizers = run_tokenizers(self.data, run_dir, dist, fresh, lambda: self._build_tokenizers(train))
@@ -279,7 +270,6 @@ class LMTask:
     def _build_tokenizers(self, train: str) -> TokenizerPair:
         if self.data.vocab_type == "chars":
             return TokenizerPair.shared(CharTokenizer.from_text(train))
-        from aiayn.data.tokenizer import SentencePieceTokenizer
 
         lines = [line for line in train.split("\n") if line.strip()]
         return TokenizerPair.shared(SentencePieceTokenizer.train(lines, vocab_size=self.data.vocab_size,

@@ -20,12 +20,13 @@ import numpy as np
 import torch
 
 from aiayn.config import PAD_ID
+from aiayn.data.corpus import read_lines
 from aiayn.data.tokenizer import N_SPECIALS
 from aiayn.decoding.common import pad_sources
-from aiayn.tasks.classify import MASK, ClassifyData, ClassifyTask, TextBatch
-from aiayn.tasks.pipeline import NoPipeline
 from aiayn.distributed import DistInfo
+from aiayn.tasks.classify import MASK, ClassifyData, ClassifyTask, TextBatch
 from aiayn.tasks.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
+from aiayn.tasks.pipeline import NoPipeline
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,6 @@ class MLMTask(ClassifyTask):
         super().prepare(run_dir, dist, fresh)
         if not self.data.extra_texts:
             return
-        from aiayn.data.corpus import read_lines
 
         texts = [t.lower() if self.data.lowercase_extra_texts else t
                  for path in self.data.extra_texts for t in read_lines(path) if t]

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiayn import metrics
+from aiayn.data.corpus import CorpusError, read_corpus, resolve_source
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask
 from aiayn.tasks.settings import check
 from aiayn.tasks.translation import TranslationData, TranslationTask
@@ -52,8 +54,6 @@ class MultilingualTranslationTask(TranslationTask):
 
     def examples(self, split: str) -> Examples:
         """Every target's pairs of `split`, one target after another; groups[i]: the target's index."""
-        from aiayn.data.corpus import read_corpus
-
         data, src, refs, groups, n_empty, n_read = self.data, [], [], [], 0, 0
         for g, target in enumerate(data.tgt_langs):
             corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, target), data_dir=data.data_dir or None)
@@ -70,8 +70,6 @@ class MultilingualTranslationTask(TranslationTask):
     def check_test_split(self) -> None:
         """The test split's files exist, and the corpus is not one TSV file: that holds one language pair, and
         was read again as every target's pairs, and as every split's (validation and test on the training pairs)."""
-        from aiayn.data.corpus import CorpusError, resolve_source
-
         data = self.data
         _, one_file = resolve_source(data.corpus, data.train_split, (data.src_lang, data.tgt_langs[0]), data.data_dir or None)
         if one_file:
@@ -91,8 +89,6 @@ class MultilingualTranslationTask(TranslationTask):
 
     def report(self, hyps: list[str], examples: Examples) -> dict:
         """sacreBLEU over every direction, and per direction (with its signature)."""
-        from aiayn import metrics
-
         report = {**super().report(hyps, examples), "per_direction": {}}
         for g, target in enumerate(self.data.tgt_langs):
             idx = [i for i, group in enumerate(examples.groups) if group == g]

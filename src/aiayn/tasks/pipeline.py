@@ -18,6 +18,10 @@ from __future__ import annotations
 import json
 from typing import Callable, ClassVar, Iterator, Optional, Sequence
 
+from aiayn.metrics import SCORERS
+from aiayn.model_dir import TASK_FILE
+from aiayn.models import CONFIG_FILE, read_config
+
 
 class RequestError(ValueError):
     """Input a door cannot take. HTTP answers `status` with the message; the CLI prints it."""
@@ -59,9 +63,6 @@ class Pipeline:
         if not cls.model_types:
             return
         from pathlib import Path
-
-        from aiayn.models import CONFIG_FILE, read_config
-        from aiayn.model_dir import TASK_FILE
 
         try:
             model_type, _ = read_config(model_dir)
@@ -118,8 +119,6 @@ class Pipeline:
 
     def score(self, texts: list[str], refs: list[list[str]], **kwargs) -> dict:
         """The task's metric of `texts` against `refs` (one list of references per text)."""
-        from aiayn.metrics import SCORERS
-
         if not self.metric:
             raise ValueError(f"a {self.task} model has no metric for aiayn evaluate")
         return {"metric": self.metric, **SCORERS[self.metric](texts, refs, **kwargs)}

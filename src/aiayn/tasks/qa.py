@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import glob
 import json
-import re
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar, Mapping, Optional, Sequence
 
+from aiayn import metrics
 from aiayn.config import UNK_ID, ConfigError
 from aiayn.data.corpus import CorpusError
-from aiayn.data.records import record_file
+from aiayn.data.records import read_babi, read_jsonl, record_file
 from aiayn.tasks.pipeline import RequestError, parse_json_line
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings, carved, carving, check, check_carve
@@ -146,8 +147,6 @@ class QATask(Seq2SeqTask):
         return self._jsonl(data.train_split).carve(split == data.valid_split, data.carve_fraction, data.carve_offset)
 
     def _jsonl(self, split: str) -> Examples:
-        from aiayn.data.records import read_jsonl
-
         data = self.data
         path = record_file(data.corpus, split)
         records = read_jsonl(path, ("context", "question", "answer"), lists=("answer",))
@@ -176,8 +175,6 @@ class QATask(Seq2SeqTask):
                         [ex.task for _, ex, _ in questions])
 
     def _read_babi(self, path: Path) -> list:
-        from aiayn.data.records import read_babi
-
         if path not in self._parsed:  # each split reads the same files: parse them once
             self._parsed[path] = read_babi(path)
         return self._parsed[path]
@@ -188,8 +185,6 @@ class QATask(Seq2SeqTask):
 
     def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
         """Exact match and F1 (x100); for bAbI also the mean per-task error and the failed tasks."""
-        from aiayn import metrics
-
         out = {"exact_match": metrics.exact_match(hyps, examples.refs).score,
                "f1": metrics.token_f1(hyps, examples.refs).score}
         if examples.groups and all(examples.groups):
@@ -198,8 +193,6 @@ class QATask(Seq2SeqTask):
         return out
 
     def report(self, hyps: list[str], examples: Examples) -> dict:
-        from aiayn import metrics
-
         out = {k: round(v, 2) for k, v in self.scores(hyps, examples).items()}
         if "babi_mean_error" in out:
             out.update(metrics.babi_errors(hyps, examples.tgt, examples.groups).to_dict())

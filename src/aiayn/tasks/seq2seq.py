@@ -34,22 +34,27 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import torch
 
-from aiayn.config import PAD_ID, UNK_ID
-from aiayn.models.rnn import RNNEncoderDecoder
-from aiayn.models.transformer import Transformer
+from aiayn.config import BOS_ID, PAD_ID, UNK_ID
 from aiayn.data.batching import Batch, LazyBatches
+from aiayn.data.corpus import CorpusError, read_corpus, resolve_source
 from aiayn.data.preprocess import ParallelDataset
-from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
-from aiayn.distributed import DistInfo, main_first
+from aiayn.data.synthetic import symbols
+from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers, train_tokenizers
+from aiayn.decoding.attention_maps import attention_maps, forward_attention, with_end
 from aiayn.decoding.common import encode_source, input_tokens
 from aiayn.decoding.translator import Translator, arithmetic
+from aiayn.distributed import DistInfo, main_first
+from aiayn.export import MANIFEST
+from aiayn.export.ct2_translator import CT2Translator
 from aiayn.io import atomic_write
-from aiayn.runtime import stable_hash
 from aiayn.model_dir import read_task_info, translator_options, write_task_info
+from aiayn.models.rnn import RNNEncoderDecoder
+from aiayn.models.transformer import Transformer
+from aiayn.runtime import stable_hash
 from aiayn.tasks.base import Drops, run_tokenizers, write_test_scores
-from aiayn.tasks.pipeline import Pipeline, RequestError
-from aiayn.tasks.settings import TextPairSettings
 from aiayn.tasks.loss import LossSums, add_ponder_cost, label_smoothed_loss, ponder_weight
+from aiayn.tasks.pipeline import Pipeline, RequestError
+from aiayn.tasks.settings import TextPairSettings, carved
 
 if TYPE_CHECKING:  # annotations only: training builds tasks
     from aiayn.training.config import TrainConfig
@@ -86,8 +91,6 @@ class Examples:
 
     def carve(self, held: bool, fraction: float, offset: float = 0.0) -> "Examples":
         """The examples whose source `settings.carved` holds out (held=True) or keeps (held=False)."""
-        from aiayn.tasks.settings import carved
-
         return self.pick([i for i, s in enumerate(self.src) if carved(s, fraction, offset) == held])
 
     def pick(self, idx: Sequence[int]) -> "Examples":
@@ -178,8 +181,6 @@ class Seq2SeqTask:
     def read_pairs(self, split: str, data_dir: str = "", clean: Callable[[str], str] = str) -> Examples:
         """The pairs of `split` in `data.corpus` (a directory of {split}.{lang} files or one TSV file),
         each side through `clean`; the pairs with an empty side are counted (`Drops`)."""
-        from aiayn.data.corpus import read_corpus
-
         data = self.data
         corpus = read_corpus(data.corpus, split=split, langs=(data.src_lang, data.tgt_lang), data_dir=data_dir or None)
         self.drops.note(split, "empty", corpus.stats.n_empty, corpus.stats.n_read, "pairs with an empty side")
@@ -338,14 +339,11 @@ def build_tokenizers(data, src: Sequence[str], tgt: Sequence[str], seed: int,
     """Whitespace symbols, or sentencepiece trained on the training text (joint by default, §3.4)."""
     if data.vocab_type == "symbols":
         if data.corpus == "synthetic":
-            from aiayn.data.synthetic import symbols
-
             return TokenizerPair.shared(SymbolTokenizer(symbols(data.n_symbols)))
         side = lambda texts: sorted({w for t in texts for w in t.split()} | set(user_symbols))  # noqa: E731
         if not tgt or data.joint_vocab:  # one side (a classifier's texts) is one vocabulary
             return TokenizerPair.shared(SymbolTokenizer(side(list(src) + list(tgt))))
         return TokenizerPair(SymbolTokenizer(side(src)), SymbolTokenizer(side(tgt)))
-    from aiayn.data.tokenizer import train_tokenizers
 
     return train_tokenizers(src, tgt, vocab_size=data.vocab_size, model_type=data.vocab_type,
                             joint=not tgt or data.joint_vocab, seed=seed, user_symbols=user_symbols)
@@ -409,8 +407,6 @@ class TextPipeline(Pipeline):
     def attention(self, line: str, max_len_a: Optional[float] = None, max_len_b: Optional[int] = None):
         """The attention maps of the greedy output for one input line, its source cut as the door cuts
         it; the output length limit is the directory's unless given."""
-        from aiayn.decoding.attention_maps import attention_maps
-
         tr = self.translator
         ids = encode_source(tr.tokenizers.src, self.prepare([self.parse_line(line)])[0], tr.max_input_tokens, tr.keep)
         if len(ids) < 2:
@@ -421,14 +417,10 @@ class TextPipeline(Pipeline):
 def load_backend(backend: str, model_dir: str | Path, device, info: dict, options: dict):
     """The translator of `model_dir`: aiayn's `Translator` ("native") or, for a directory written by
     `aiayn export ctranslate2`, a `CT2Translator` ("ctranslate2"); both set up as task.json says."""
-    from aiayn.export import MANIFEST
-
     options = {**translator_options(info, model_dir), **{k: v for k, v in options.items() if v is not None}}
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     if backend == "ctranslate2":
-        from aiayn.export.ct2_translator import CT2Translator
-
         return CT2Translator.from_pretrained(model_dir, device=device, **ct2_compute_type(options))
     if (Path(model_dir) / MANIFEST).is_file():
         raise ValueError(f"{model_dir}: a CTranslate2 export ({MANIFEST}); serve it with --backend ctranslate2")
@@ -447,9 +439,6 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
     """The encoder-decoder attention of `output` given `source` (one teacher-forced pass of the
     output's tokens, re-encoded from its text, with the EOS that ended it unless `decode`'s length
     limit did): layers x heads x target x source, with the pieces."""
-    from aiayn.config import BOS_ID
-    from aiayn.decoding.attention_maps import forward_attention, with_end
-
     tok, device = translator.tokenizers, translator.device
     src = torch.tensor([encode_source(tok.src, source, translator.max_input_tokens, translator.keep)], device=device)
     out = with_end(translator.model, src, tok.tgt.encode(output), decode.max_len_a, decode.max_len_b)
@@ -463,8 +452,6 @@ def refuse_one_file_for(data, splits: Sequence[str], data_dir: str = "") -> None
     """A corpus of one TSV file holds one split, the training pairs, and is read again whatever split is
     asked for: `splits` (the names of the settings of the other splits the run reads from the corpus, e.g.
     "test_split") must then be none, or the test would score the training pairs."""
-    from aiayn.data.corpus import CorpusError, resolve_source
-
     _, one_file = resolve_source(data.corpus, data.train_split, (data.src_lang, data.tgt_lang), data_dir or None)
     others = [f"data.{name} = {getattr(data, name)!r}" for name in splits]
     if one_file and others:

@@ -26,7 +26,8 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from aiayn.data.records import record_file
+from aiayn import metrics
+from aiayn.data.records import read_jsonl, record_file
 from aiayn.metrics import ROUGE_TYPES
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, carving, check, check_carve
@@ -102,7 +103,6 @@ class SummarizationTask(Seq2SeqTask):
         data = self.data
         if data.format == "parallel":
             return self.read_pairs(split, clean=flatten)
-        from aiayn.data.records import read_jsonl
 
         path = record_file(data.corpus, split)
         fields = (data.target_field, *data.reference_fields)  # the training split may lack the extra references
@@ -114,14 +114,10 @@ class SummarizationTask(Seq2SeqTask):
 
     def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
         """ROUGE-1/2/L F1 against every reference (max over them)."""
-        from aiayn import metrics
-
         return {kind: score.score for kind, score in metrics.rouge(hyps, examples.refs).items()}
 
     def report(self, hyps: list[str], examples: Examples) -> dict:
         """ROUGE of the model and of the lead baseline, against the first reference and the max over all."""
-        from aiayn import metrics
-
         systems = [("model", hyps)] + [(f"lead{n}", [lead(s, n) for s in examples.src]) for n in LEAD_WORDS]
         out = {}
         for name, refs in (("first_reference", [r[:1] for r in examples.refs]), ("all_references", examples.refs)):

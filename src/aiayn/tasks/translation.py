@@ -14,14 +14,18 @@ Vocabulary, loss, batching and the test run are the shared ones of `aiayn.tasks.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import torch
 
-from aiayn.data.corpus import Side, stream_corpus
+from aiayn import metrics
+from aiayn.data.corpus import Side, resolve_source, stream_corpus
 from aiayn.data.preprocess import ParallelDataset, load_parallel
+from aiayn.data.synthetic import synthetic_pairs
+from aiayn.decoding.common import encode_source
+from aiayn.decoding.streaming import stream_search, text_pieces
+from aiayn.decoding.translator import line_seed
 from aiayn.tasks.pipeline import RequestError
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline, refuse_one_file_for
 from aiayn.tasks.settings import TextPairSettings, check, check_positive
@@ -129,14 +133,10 @@ class TranslationPipeline(TextPipeline):
         it is decoded: greedy search or sampling only (a beam's best changes until it ends)."""
         if self.backend != "native":
             raise RequestError(f"stream: not available with the {self.backend} backend", 400)
-        from aiayn.decoding.common import encode_source
-        from aiayn.decoding.streaming import stream_search, text_pieces
-
         tr = self.translator
         decode, sampling = self._settings(options)
         if decode.method == "beam" and decode.beam_size > 1:
             raise RequestError("stream: beam search has no output until it ends; use method greedy or sample", 400)
-        from aiayn.decoding.translator import line_seed
 
         if not source.strip():  # as `run` translates a blank line: to nothing
             return iter(())
@@ -189,7 +189,6 @@ class TranslationTask(Seq2SeqTask):
         data = self.data
         if data.corpus == "synthetic":
             return
-        from aiayn.data.corpus import resolve_source
 
         langs = (data.src_lang, data.tgt_lang)
         refuse_one_file_for(data, [name for name in ("valid_split", "test_split") if getattr(data, name)], data.data_dir)
@@ -200,21 +199,15 @@ class TranslationTask(Seq2SeqTask):
         return {"languages": [self.data.src_lang, self.data.tgt_lang]}
 
     def scores(self, hyps: list[str], examples: Examples) -> dict[str, float]:
-        from aiayn import metrics
-
         return {"bleu": metrics.bleu(hyps, examples.tgt).score}
 
     def report(self, hyps: list[str], examples: Examples) -> dict:
-        from aiayn import metrics
-
         score = metrics.bleu(hyps, examples.tgt)
         return {"bleu": score.score, "detail": score.detail, "signature": score.signature}
 
 
 def synthetic_text(data: TranslationData, split: str, seed: int) -> Examples:
     """The synthetic task's pairs of `split`: train seed, valid seed + 1, test seed + 2."""
-    from aiayn.data.synthetic import synthetic_pairs
-
     n, offset = (data.n_train, 0) if split == data.train_split else (data.n_valid, 1 if split == data.valid_split else 2)
     pairs = synthetic_pairs(data.task, n, seed=seed + offset, n_symbols=data.n_symbols,
                             min_len=data.min_len, max_len=data.max_len)

@@ -24,11 +24,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from aiayn.decoding.attention_maps import patch_attention
+from aiayn.distributed import SINGLE, DistInfo
 from aiayn.model_dir import read_task_info, task_field, write_task_info
+from aiayn.models import load_model
+from aiayn.runtime import MissingExtra
 from aiayn.tasks.classify import Classifier, ClassifyTask, TextBatch, labels_of, refuse_options
 from aiayn.tasks.pipeline import RequestError
 from aiayn.tasks.settings import SplitSettings, check_positive
-from aiayn.distributed import SINGLE, DistInfo
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +44,6 @@ def load_digits() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits as sklearn_digits
     except ImportError:
-        from aiayn.runtime import MissingExtra
-
         raise MissingExtra("the digits come with scikit-learn: pip install 'aiayn[vision]'") from None
     digits = sklearn_digits()
     return (digits.images / 16.0).astype(np.float32), digits.target.astype(np.int64)
@@ -91,8 +92,6 @@ class ImageClassifier(Classifier):
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device="cpu") -> "ImageClassifier":
-        from aiayn.models import load_model
-
         info = read_task_info(model_dir, expect=cls.task)
         patch_size = task_field(info, model_dir, "patch_size", int, "the side of a patch in pixels")
         return cls(load_model(model_dir, device=device), labels_of(info, model_dir), patch_size)
@@ -140,8 +139,6 @@ class ImageClassifier(Classifier):
 
     def attention(self, line: str, **output_limits):
         """[CLS]'s attention to the patches of test image number `line` of the digits."""
-        from aiayn.decoding.attention_maps import patch_attention
-
         try:
             index = int(line)
         except ValueError:

@@ -15,8 +15,6 @@ name the file and the key. `save_config` writes the resolved config as TOML, whi
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import dataclasses
 import json
 import logging
@@ -24,13 +22,15 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
 from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types, did_you_mean
 from aiayn.io import atomic_write, read_utf8
 from aiayn.metrics import LOSS_METRICS
-from aiayn.models import DEFAULT_MODEL_TYPE
+from aiayn.models import DEFAULT_MODEL_TYPE, model_class
 from aiayn.tasks import DEFAULT_TASK, TASKS, task_class
+from aiayn.training.schedule import SCHEDULES
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +74,11 @@ class ModelSpec:
     @property
     def has_presets(self) -> bool:
         """Whether the type's config has named sizes (`TransformerConfig.preset`)."""
-        from aiayn.models import model_class
-
         return callable(getattr(model_class(self.type).config_class, "preset", None))
 
     def build(self, src_vocab_size: int, tgt_vocab_size: int, **fixed: Any):
         """The model config (`TransformerConfig`, `RNNConfig`, ...) for these vocabulary sizes, with the
         fields a task sets itself (`fixed`: a ViT's input = "patches", a classifier's n_classes)."""
-        from aiayn.models import model_class
-
         config_class = model_class(self.type).config_class
         fields = {f.name for f in dataclasses.fields(config_class)}
         settable = sorted(fields - set(VOCABULARY_KEYS) | {"type", "preset"})
@@ -148,7 +144,6 @@ class RunConfig:
         check_seed(self.seed)
         _check(self.max_updates or self.max_epochs or self.max_minutes,
                "set at least one of train.max_updates, train.max_epochs, train.max_minutes")
-        from aiayn.training.schedule import SCHEDULES
 
         _check(self.schedule in SCHEDULES,
                f"train.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")

@@ -21,15 +21,16 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from aiayn.config import PRESETS, ConfigError, training_only_names
-from aiayn.data.tokenizer import TOKENIZER_DIR
+from aiayn.data.tokenizer import TOKENIZER_DIR, load_tokenizers
+from aiayn.distributed import DistInfo, init_from_env, shutdown
 from aiayn.io import exclusive_lock, read_tensors, restore_replaced
-from aiayn.models import build_model
+from aiayn.models import build_model, read_config
+from aiayn.models.base import CONFIG_FILE, WEIGHTS_FILE
 from aiayn.runtime import no_cudnn_attention, preserved_process_state, resolve_device, seed_everything
 from aiayn.tasks import build_task
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import (CONFIG_NAME, VOCABULARY_KEYS, ModelSpec, TrainConfig, load_config, save_config,
                                    string_override)
-from aiayn.distributed import DistInfo, init_from_env, shutdown
 from aiayn.training.metrics import METRICS_FILE
 from aiayn.training.schedule import lr_function
 from aiayn.training.trainer import FitResult, Progress, Trainer, check_precision
@@ -144,8 +145,6 @@ def set_aside_stale_run(run_dir: Path) -> None:
 
 def check_init_from(model_dir: str | Path) -> None:
     """train.init_from names a model directory: config.json and its weights."""
-    from aiayn.models.base import CONFIG_FILE, WEIGHTS_FILE
-
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (Path(model_dir) / name).is_file():
             raise FileNotFoundError(f"{Path(model_dir) / name}: train.init_from needs a model directory")
@@ -158,8 +157,6 @@ def started_architecture(model_dir: str | Path, model_type: str, built, spec: Mo
     `head_fields`: a classifier's n_classes and pooler, from the task and the recipe); its training-only
     fields (dropout) are the directory's unless the recipe sets them. A body field that
     the recipe sets (or its preset sets) to another value than the directory's is an error naming it."""
-    from aiayn.models import read_config
-
     saved_type, saved = read_config(model_dir)
     if saved_type != model_type:
         raise ConfigError(f"train.init_from {model_dir}: its model is {saved_type}, but this run's model.type is "
@@ -185,8 +182,6 @@ def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
     another size keeps fresh embeddings: that, and every tensor whose shape differs, is a warning
     naming what was not loaded. Tensors the saved model lacks (a new head) are logged at INFO.
     """
-    from aiayn.models.base import WEIGHTS_FILE
-
     path = Path(model_dir) / WEIGHTS_FILE
     check_init_from(model_dir)
     notes = _check_vocabulary(Path(model_dir), tokenizers) if tokenizers is not None else []
@@ -213,8 +208,6 @@ def load_matching(model, model_dir: str | Path, tokenizers=None) -> None:
 def _check_vocabulary(model_dir: Path, run_tokenizers) -> list[str]:
     """Refuse a side of `model_dir`'s vocabulary that has the run's size but other pieces; return
     a note for each side of another size."""
-    from aiayn.data.tokenizer import load_tokenizers
-
     try:
         theirs = load_tokenizers(model_dir)
     except FileNotFoundError as e:

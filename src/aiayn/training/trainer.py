@@ -33,11 +33,12 @@ import torch
 from torch import nn
 
 from aiayn.config import OptimConfig
+from aiayn.distributed import SINGLE, DistInfo, all_reduce, gather_objects, wrap_ddp
 from aiayn.io import atomic_dir
+from aiayn.metrics import higher_is_better
 from aiayn.runtime import cpu_flags, native_bf16, resolve_precision
 from aiayn.training import checkpoint as ckpt
 from aiayn.training.config import RunConfig
-from aiayn.distributed import SINGLE, DistInfo, all_reduce, gather_objects, wrap_ddp
 from aiayn.training.metrics import MetricsWriter
 from aiayn.training.schedule import adam
 
@@ -392,8 +393,6 @@ class Trainer:
     def _score(self, row: dict) -> float:
         """train.best_metric in `row`, as a score where higher is better (the task's `lower_is_better`
         names the metrics where the smaller value wins)."""
-        from aiayn.metrics import higher_is_better
-
         metric = self.run.best_metric
         if metric not in row:
             return 0.0  # no validation on this rank, or an unknown metric (`validate` raises, on every rank)
