@@ -23,6 +23,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from aiayn.data import registry
 from aiayn.io import utf8_error
 
 log = logging.getLogger(__name__)
@@ -261,8 +262,6 @@ def resolve_source(source: Source, split: str = "train", langs: Optional[Sequenc
     `{split}.{lang}[.gz]` directory (needs `langs`), a TSV file, or a (source, target)
     pair of files. `langs` = (source language, target language).
     """
-    from aiayn.data import registry
-
     if isinstance(source, (tuple, list)):
         if len(source) != 2:
             raise ValueError(f"a file-pair source needs exactly 2 paths, got {len(source)}")

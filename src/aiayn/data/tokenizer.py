@@ -20,8 +20,6 @@ self-contained; see `save_tokenizers` / `load_tokenizers`.
 
 from __future__ import annotations
 
-from types import MappingProxyType
-
 import abc
 import hashlib
 import io
@@ -31,9 +29,11 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import ClassVar, Iterable, Iterator, Mapping, Optional, Sequence
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from aiayn.data.corpus import read_lines
 from aiayn.io import atomic_write
 
 log = logging.getLogger(__name__)
@@ -436,8 +436,6 @@ SPM_MAX_SENTENCE_BYTES = 4192  # sentencepiece's max_sentence_length: it skips a
 
 def _sentences(texts: Optional[Iterable[str]], files: Optional[Sequence[str | Path]], too_long: list[int]) -> Iterator[str]:
     """The training text, line by line; `too_long[0]` counts the lines sentencepiece will skip."""
-    from aiayn.data.corpus import read_lines
-
     lines = itertools.chain((line for f in files or [] for line in read_lines(f, strip=False)),
                             (t.replace("\n", " ") for t in texts or []))
     for line in lines:

@@ -28,6 +28,7 @@ from aiayn.config import DEFAULT_BATCH_TOKENS, PAD_ID, DecodeConfig, SamplingCon
 from aiayn.data.tokenizer import load_tokenizers
 from aiayn.decoding.beam import beam_search
 from aiayn.decoding.common import input_tokens, pad_sources, source_ids
+from aiayn.decoding.continuous import ContinuousBeamSearch
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import for_inference
 from aiayn.decoding.sampling import sample
@@ -235,8 +236,6 @@ class ContinuousTranslation:
     """
 
     def __init__(self, translator: Translator, decode: DecodeConfig, nbest: bool):
-        from aiayn.decoding.continuous import ContinuousBeamSearch
-
         self.translator, self.nbest = translator, nbest
         self.search = ContinuousBeamSearch(translator.decoder, decode, translator.device)
         self.results: dict = {}  # request -> one n-best list per text

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, UNK_ID, ConfigError, check_types, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
+from aiayn.models.transformer import AttentionWeights
 from aiayn.modules import masks
 from aiayn.modules.dropout import Dropout
 
@@ -211,8 +212,6 @@ class RNNEncoderDecoder(PretrainedModel):
     def attention(self, src: Tensor, tgt_in: Tensor):
         """The alignment of one teacher-forced pass (Bahdanau et al.'s Figure 3): cross-attention
         only, as one layer with one head, (B, 1, T, S). The RNN has no self-attention."""
-        from aiayn.models.transformer import AttentionWeights
-
         state = self.start(src)
         weights = torch.stack([self._step(tgt_in[:, t], state)[1] for t in range(tgt_in.shape[1])], dim=1)
         return AttentionWeights(encoder=[], decoder=[], cross=[weights[:, None]])  # (B, 1, T, S)

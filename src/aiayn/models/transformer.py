@@ -9,7 +9,6 @@ Masks are boolean, True = may attend (`aiayn.modules.masks`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +16,7 @@ from torch import Tensor, nn
 
 from aiayn.config import PAD_ID, TransformerConfig
 from aiayn.models.base import PretrainedModel
+from aiayn.models.fast_decoder import FastDecoder
 from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.copy_attention import CopyAttention
@@ -25,10 +25,6 @@ from aiayn.modules.embeddings import Embeddings, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
 from aiayn.modules.sentences import SentencePooling
 from aiayn.modules.universal import UniversalDecoder, UniversalEncoder
-
-if TYPE_CHECKING:  # fast_decoder imports this module
-    from aiayn.models.fast_decoder import FastDecoder
-
 
 @dataclass
 class EncoderOutput:
@@ -246,8 +242,6 @@ class Transformer(PretrainedModel):
     def fast_decoder(self, precision: str = "fp32") -> FastDecoder:
         """An inference-only view with faster steps (`aiayn.models.fast_decoder`), in fp32, bf16 or
         int8; rebuild it after the weights change."""
-        from aiayn.models.fast_decoder import FastDecoder
-
         return FastDecoder(self, precision)
 
 

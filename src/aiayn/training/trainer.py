@@ -38,6 +38,7 @@ from aiayn.io import atomic_dir
 from aiayn.metrics import higher_is_better
 from aiayn.runtime import cpu_flags, native_bf16, resolve_precision
 from aiayn.training import checkpoint as ckpt
+from aiayn.training.average import average_checkpoints
 from aiayn.training.config import RunConfig
 from aiayn.training.metrics import MetricsWriter
 from aiayn.training.schedule import adam
@@ -416,8 +417,6 @@ class Trainer:
     def write_model_dir(self) -> Path:
         """RUN_DIR/model: config + weights + the task's extras. The weights are the mean of the last
         `average_last` checkpoints (§6.1), or with `train.final = "best"` the best validation checkpoint."""
-        from aiayn.training.average import average_checkpoints
-
         out = self.run_dir / ckpt.MODEL_DIR
         chosen = self._final_checkpoints()
         model = average_checkpoints(chosen) if chosen else self.model
