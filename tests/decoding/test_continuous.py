@@ -7,7 +7,8 @@ import torch
 from aiayn.config import PAD_ID, DecodeConfig
 from aiayn.decoding import beam_search
 from aiayn.decoding.continuous import ContinuousBeamSearch
-from aiayn.modules.cache import KVCache, concat
+from aiayn.modules.cache import KVCache
+from aiayn.modules.cache_merge import concat
 
 from test_beam import sources, tiny
 

@@ -15,7 +15,7 @@ from aiayn.config import DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.models import Transformer
 from aiayn.models.fast_decoder import FastDecoder
-from aiayn.modules.cache import concat
+from aiayn.modules.cache_merge import concat
 from aiayn.modules.quantized import Int8Linear
 from copy_task import _batch, train_and_copy
 

@@ -143,3 +143,15 @@ def test_explicit_scores_are_scaled_before_the_product_so_fp16_does_not_overflow
     out, weights = scaled_dot_product_attention(q, k, k, need_weights=True)
     assert torch.isfinite(weights).all() and torch.isfinite(out).all()
     torch.testing.assert_close(weights[0, 0].float(), torch.tensor([[1.0, 0.0], [1.0, 0.0]]))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_both_paths_compute_the_papers_formula(fused, is_causal):
+    """`scaled_dot_product_attention` (fused kernel, or explicit matmuls) against equation 1 as written."""
+    q, k, v = (torch.randn(2, H, 5, D // H) for _ in range(3))
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    mask = masks.key_mask(keep)
+    full = mask & masks.causal_mask(5) if is_causal else mask
+    out, _ = scaled_dot_product_attention(q, k, v, mask, is_causal, need_weights=not fused)
+    torch.testing.assert_close(out, attention.attention(q, k, v, full), atol=1e-5, rtol=1e-5)

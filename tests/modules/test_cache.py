@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from aiayn.modules.cache import KVCache, concat
+from aiayn.modules.cache import KVCache
+from aiayn.modules.cache_merge import concat
 
 
 def cache(n: int, S: int, padded: bool = False, copies: bool = False) -> KVCache:

@@ -31,7 +31,8 @@ from torch import Tensor
 from aiayn.config import PAD_ID, DecodeConfig
 from aiayn.decoding.beam import Hypothesis, _State, advance, start_beams
 from aiayn.decoding.common import banned_tokens, pad_sources
-from aiayn.modules.cache import KVCache, concat
+from aiayn.modules.cache import KVCache
+from aiayn.modules.cache_merge import concat
 
 
 class ContinuousBeamSearch:
