@@ -174,9 +174,10 @@ def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
     assert row["sent_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
 
 
-def _tiny_translation_run(tmp_path: Path, train: str = "max_updates = 2\n") -> Path:
+def _tiny_translation_run(tmp_path: Path, train: str = "max_updates = 2\n", max_len_b: int | None = 4) -> Path:
     """A finished `aiayn train` run of the tiny preset on 60 symbol pairs, with a test split; `train`
-    is its [train] section (progress and BLEU validation off)."""
+    is its [train] section (progress and BLEU validation off). Outputs are cut at the source's length +
+    `max_len_b` (None: the defaults'): an untrained model runs to its limit."""
     from aiayn.cli import main
 
     data = tmp_path / "data"
@@ -188,7 +189,8 @@ def _tiny_translation_run(tmp_path: Path, train: str = "max_updates = 2\n") -> P
     recipe = tmp_path / "tiny.toml"
     recipe.write_text(f'[model]\npreset = "tiny"\n[data]\ncorpus = "{data}"\nsrc_lang = "x"\ntgt_lang = "y"\n'
                       'vocab_type = "symbols"\nmax_tokens = 200\ntest_split = "test"\n'
-                      f"[train]\n{train}bleu = false\nprogress = false\n")
+                      f"[train]\n{train}bleu = false\nprogress = false\n"
+                      + ("" if max_len_b is None else f"[decode]\nmax_len_a = 1.0\nmax_len_b = {max_len_b}\n"))
     run_dir = tmp_path / "run"
     assert main(["train", str(recipe), "--run-dir", str(run_dir)]) == 0
     return run_dir
@@ -215,7 +217,7 @@ def test_decode_settings_average_last_rows_score_as_aiayn_average_then_aiayn_eva
     from aiayn.cli import main
 
     run_dir = _tiny_translation_run(tmp_path, "max_updates = 40\nsave_every_updates = 10\nkeep_last = 4\n"
-                                              "average_last = 2\n")
+                                              "average_last = 2\n", max_len_b=None)  # its two models' outputs end apart
     data = tmp_path / "data"
     out = _last_json_line("decode_settings.py", str(run_dir), "--try", "train.average_last=1",
                           "--try", "train.average_last=4", "--threads", "1", "--json")

@@ -83,3 +83,12 @@ def chromium():
         browser = playwright.chromium.launch(executable_path=executable, headless=True)
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="module")
+def clients(task_dirs):
+    """task -> a TestClient of a server on that task's tiny model; 500s come back as responses."""
+    from tiny_models import task_clients
+
+    with task_clients(task_dirs, raise_server_exceptions=False) as opened:
+        yield opened

@@ -1,6 +1,7 @@
 """`aiayn serve`: the LibreTranslate API in its three request styles, the native API with attention,
 every bad input as a clear 4xx, operations endpoints, and deep-translator as a real client."""
 
+import dataclasses
 import threading
 import time
 
@@ -312,3 +313,31 @@ def test_a_bad_embed_request_is_a_422_naming_its_field(task_dirs, body, field):
     with TestClient(create_app(task_dirs["embed"])) as client:
         response = client.post("/v1/embed", json=body)
     assert response.status_code == 422 and response.json()["error"].startswith(field), response.text
+
+
+# -- /metrics counts the 4xx and 5xx answers -----------------------------------------
+def test_metrics_count_responses_by_status_class(task_dirs, monkeypatch):
+    from aiayn.serve.routes import translation as routes
+    from aiayn.tasks.translation import TranslationPipeline
+
+    async def broken(pipeline, body, server):
+        raise KeyError("a bug in a handler")
+
+    def failing(self, items, **options):
+        raise RuntimeError("a bug in decoding")
+
+    monkeypatch.setattr(routes, "ROUTES", tuple(dataclasses.replace(r, handler=broken) if r.path == "/languages" else r
+                                                for r in routes.ROUTES))  # a 500 from the app itself
+    app = create_app(task_dirs["translation"], batching=BatchConfig(worker="thread"))  # run is patched in this process
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.post("/translate", json={"q": "a b", "source": "de", "target": "en"}).status_code == 200
+        for _ in range(3):
+            assert client.get("/languages").status_code == 500
+        assert client.post("/translate", json={"q": ""}).status_code == 422
+        assert client.post("/translate", json={"q": "a", "bogus": 1}).status_code == 422
+        assert client.get("/nowhere").status_code == 404
+        monkeypatch.setattr(TranslationPipeline, "run", failing)  # a 500 from the batcher's worker
+        assert client.post("/translate", json={"q": "a b"}).status_code == 500
+        metrics = client.get("/v1/metrics").json()
+    assert metrics["responses"] == {"2xx": 1, "4xx": 3, "5xx": 4}
+    assert metrics["errors"] == 1  # the batcher's own count: decoding failures only

@@ -11,6 +11,10 @@ import threading
 import pytest
 
 from aiayn.serve.batcher import BatchConfig, DynamicBatcher, QueueFull
+import time
+
+from aiayn.serve.app import create_app
+from serve_helpers import BEAM, LIMITS, LONG, raw_post, wait_for
 
 
 def upper(texts, options):
@@ -324,3 +328,41 @@ def test_request_limits_must_be_whole_numbers_of_at_least_one(field):
     for bad in (0, -5, 2.5):
         with pytest.raises(ValueError, match=f"{field} must be a whole number of at least 1, got {bad!r}"):
             ServeLimits(**{field: bad})
+
+
+@pytest.mark.parametrize("worker", ["process", "thread"])
+def test_a_client_that_disconnects_leaves_the_running_search(model_dir, live_server, worker):
+    """In both workers; the thread's search is a coroutine's task, whose cancellation lands later
+    than a future's: the answer is still a 499, never a 500 (the response counts say which)."""
+    httpx = pytest.importorskip("httpx", reason="the test extra installs httpx")
+    import json
+
+    url = live_server(create_app(model_dir, batching=BatchConfig(worker=worker), limits=LIMITS))
+    sock = raw_post(url, "/v1/translate", json.dumps(BEAM).encode())
+    started = wait_for(url, lambda m: m["texts_in_flight"] == 1 and m["continuous_steps"] > 0, "in the search")
+    sock.close()
+    fours = started["responses"].get("4xx", 0)
+    after = wait_for(url, lambda m: m["cancelled_texts"]["disconnect"] == 1 and m["texts_in_flight"] == 0
+                     and m["responses"].get("4xx", 0) > fours, "the text dropped and answered")
+    assert after["continuous_steps"] < LONG // 2  # it left long before its end
+    time.sleep(0.2)
+    assert httpx.get(f"{url}/v1/metrics").json()["continuous_steps"] == after["continuous_steps"]  # no step since
+    assert started["cancelled_texts"]["disconnect"] == 0
+    assert after["responses"]["4xx"] == fours + 1 and "5xx" not in after["responses"]  # a 499, no 500
+    answered = httpx.post(f"{url}/v1/translate", json={"text": ["a b"], "beam_size": 2, "max_len_b": 4}, timeout=30)
+    assert answered.status_code == 200  # the search goes on serving
+
+
+def test_a_timed_out_request_leaves_the_running_search(model_dir):
+    TestClient = pytest.importorskip("fastapi.testclient", reason="the serve extra is not installed").TestClient
+
+    app = create_app(model_dir, batching=BatchConfig(timeout_s=0.5, worker="thread"), limits=LIMITS)
+    with TestClient(app) as client:
+        response = client.post("/v1/translate", json=BEAM)
+        assert response.status_code == 504
+        deadline = time.monotonic() + 60
+        while (m := client.get("/v1/metrics").json())["texts_in_flight"]:
+            assert time.monotonic() < deadline, m
+            time.sleep(0.05)
+        assert m["cancelled_texts"] == {"timeout": 1, "disconnect": 0} and m["timeouts"] == 1
+        assert 0 < m["continuous_steps"] < LONG // 2

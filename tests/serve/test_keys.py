@@ -9,6 +9,14 @@ import pytest
 from aiayn.serve import keys
 from aiayn.serve.keys import WINDOW_S, KeyLimits, KeyRing
 from aiayn.serve.requests import HTTPProblem
+import json
+
+from aiayn.serve.app import create_app
+from aiayn.serve.batcher import BatchConfig
+from aiayn.serve.keys import read_api_keys
+from aiayn.serve.limits import ServeLimits
+
+BODY = {"q": "a b c", "source": "de", "target": "en"}
 
 
 @pytest.fixture
@@ -82,3 +90,43 @@ def test_a_utf8_key_as_a_bearer_token_is_the_key_it_is_in_a_body():
     header = "Bearer clé".encode("utf-8").decode("latin-1")  # what Starlette hands over for the UTF-8 bytes
     request = types.SimpleNamespace(headers={"authorization": header})
     assert keys.given_key(request, {}) == "clé"
+
+
+def test_keys_with_limits_per_key(model_dir, tmp_path):
+    TestClient = pytest.importorskip("fastapi.testclient", reason="the serve extra is not installed").TestClient
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps({"slow": {"requests_per_minute": 2}, "short": {"chars_per_minute": 12}, "free": {}}))
+    keys = read_api_keys(path)
+    assert keys == {"slow": KeyLimits(requests_per_minute=2), "short": KeyLimits(chars_per_minute=12),
+                    "free": KeyLimits()}
+    limits = ServeLimits(api_keys=tuple(keys.items()))
+    with TestClient(create_app(model_dir, batching=BatchConfig(worker="thread"), limits=limits)) as client:
+        post = lambda key, **body: client.post("/translate", json={**BODY, **body, "api_key": key})  # noqa: E731
+        assert post("wrong").status_code == 403
+        assert client.post("/translate", json=BODY).status_code == 403  # no key
+        assert [post("slow").status_code for _ in range(2)] == [200, 200]
+        over = post("slow")
+        assert over.status_code == 429 and "2 requests per minute" in over.json()["error"]
+        assert 1 <= int(over.headers["Retry-After"]) <= 60
+        assert post("free").status_code == 200  # another key's budget is its own
+        headers = {"Authorization": "Bearer short"}
+        bad = client.post("/translate", json={**BODY, "q": "a b c d e f", "alternatives": -1}, headers=headers)
+        assert bad.status_code == 422  # refused for its input: its 11 characters are not charged
+        assert client.post("/translate", json={**BODY, "q": "a b c d"}, headers=headers).status_code == 200  # 7 chars
+        assert client.post("/translate", json={**BODY, "q": "a b c"}, headers=headers).status_code == 200  # 5: 12
+        over = client.post("/translate", json={**BODY, "q": "a"}, headers=headers)  # the texts alone count, not de, en
+        assert over.status_code == 429 and "characters per minute" in over.json()["error"]
+        assert "Retry-After" in over.headers
+        assert client.get("/languages").status_code == 200  # runs no model: no key needed
+        refused = client.get("/v1/metrics").json()["refused"]
+    assert refused == {"403": 2, "429": 2}
+
+
+@pytest.mark.parametrize("content,message", [("{}", "at least one key"), ('{"k": {"requests_per_minute": 0}}', "key 1"),
+                                             ('{"k": {"per_hour": 5}}', "key 1"), ("[", "cannot read"),
+                                             ('{"k": {}, "k": {"requests_per_minute": 9}}', "'k' named more than once")])
+def test_a_bad_keys_file_is_refused_with_where(tmp_path, content, message):
+    path = tmp_path / "keys.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        read_api_keys(path)
