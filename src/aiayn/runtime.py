@@ -71,7 +71,7 @@ def no_cudnn_attention(device) -> Iterator[None]:
     put back as it was found (also on an exception). cuDNN builds an execution plan for every new
     (batch, length) shape, about 0.4 s each on an H100 (its kernel takes half types only, so this is
     a bf16/fp16 matter): token-bucketed training batches bring a new shape almost every step, and
-    decoding brings one every step, the keys growing by one (docs/results.md, under the H100: bf16
+    decoding brings one every step, the keys growing by one (docs/history/results-2026-11.md, under the H100: bf16
     training 8-12x, bf16 decoding of Multi30k's test about 3x slower with it). The flash and
     memory-efficient kernels need no plan. Elsewhere it changes nothing."""
     import torch
@@ -125,7 +125,7 @@ def bound_onednn_caches() -> None:
     shape; token-bucketed batches bring a new shape nearly every update, so a training run's memory grew by
     gigabytes (recipes/multi30k-de-en-copy.toml over its 30 minutes: 4.0 GB at minute 1, 9.5 GB at 30, still
     growing; with 64: 2.1 GB, then flat at 2.6 GB, and 1,173 updates instead of 1,034; `benchmarks/train_memory.py`,
-    docs/results.md). A value the user
+    docs/history/results-2026-11.md). A value the user
     set in the environment wins. Read when oneDNN makes its first primitive: call it before the first bf16
     op. For commands (the process is theirs), not for library code."""
     for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):

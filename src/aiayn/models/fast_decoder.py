@@ -68,7 +68,7 @@ def _linear(weight: Tensor, bias: Tensor, precision: str) -> Linear:
     """y = x W^T + b as one call; y may be a transposed view (callers reshape, never view).
     fp32: one row as x (D, out) with W stored transposed, the layout `addmm` reads fastest for a
     vector; more rows as (W x^T)^T, where the BLAS packs the small x^T rather than the whole weight
-    at every call (`benchmarks/beam_profile.py` before and after, docs/results.md: a beam-4 step
+    at every call (`benchmarks/beam_profile.py` before and after, docs/history/results-2026-11.md: a beam-4 step
     3.14 -> 2.73 ms at batch 1). bf16 casts x to bf16 and returns bf16. int8: `Int8Linear`."""
     if precision == "int8":
         return Int8Linear(weight, bias).forward
