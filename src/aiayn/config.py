@@ -54,7 +54,8 @@ def training_only_names(config: Any) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(config) if f.metadata.get("training_only"))
 
 
-def _check(cond: bool, message: str) -> None:
+def check(cond: bool, message: str) -> None:
+    """The one check of every config: a ConfigError saying `message` unless `cond`."""
     if not cond:
         raise ConfigError(message)
 
@@ -76,11 +77,11 @@ class RecurrenceOptions:
     def check_recurrence(self) -> None:
         check_choice("recurrence", self.recurrence, RECURRENCES)
         check_choice("halting", self.halting, HALTINGS)
-        _check(self.depth_steps >= 0, f"depth_steps must be >= 0, got {self.depth_steps}")
-        _check(0 <= self.ponder_cost < math.inf, f"ponder_cost must be a finite number >= 0, got {self.ponder_cost}")
-        _check(self.halting == "none" or self.recurrence == "universal",
+        check(self.depth_steps >= 0, f"depth_steps must be >= 0, got {self.depth_steps}")
+        check(0 <= self.ponder_cost < math.inf, f"ponder_cost must be a finite number >= 0, got {self.ponder_cost}")
+        check(self.halting == "none" or self.recurrence == "universal",
                "halting = 'act' needs recurrence = 'universal': it halts the steps of a shared layer")
-        _check(self.recurrence == "universal" or self.depth_steps == 0,
+        check(self.recurrence == "universal" or self.depth_steps == 0,
                "depth_steps counts the steps of recurrence = 'universal'; set that too")
 
     @property
@@ -142,28 +143,24 @@ class TransformerConfig(RecurrenceOptions):
 
     def _validate(self) -> None:
         for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
-            _check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
+            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
         for name in ("n_encoder_layers", "n_decoder_layers"):
-            _check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
-        _check(
-            self.d_model % self.n_heads == 0,
-            f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})",
-        )
+            check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
         check_layer_options(self)
-        _check(self.positional in ("sinusoidal", "learned"),
+        check(self.positional in ("sinusoidal", "learned"),
                f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
-        _check(self.source_positions in ("start", "end"),
+        check(self.source_positions in ("start", "end"),
                f"source_positions must be 'start' or 'end', got {self.source_positions!r}")
-        _check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
+        check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
                "share_embeddings needs a joint vocabulary (src_vocab_size == tgt_vocab_size)")
-        _check(not self.copy_attention or self.src_vocab_size == self.tgt_vocab_size,
+        check(not self.copy_attention or self.src_vocab_size == self.tgt_vocab_size,
                "copy_attention needs a joint vocabulary (src_vocab_size == tgt_vocab_size): a copied "
                "source id must mean the same target token")
         check_choice("source_units", self.source_units, SOURCE_UNITS)
-        _check(self.source_units == "tokens" or not self.copy_attention,
+        check(self.source_units == "tokens" or not self.copy_attention,
                "copy_attention copies source tokens; with source_units = 'sentences' the encoder's units are sentences")
         check_choice("sinusoid_layout", self.sinusoid_layout, SINUSOID_LAYOUTS)
-        _check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
+        check(UNK_ID < min(self.src_vocab_size, self.tgt_vocab_size),
                f"both vocabularies must hold the {UNK_ID + 1} special ids")
         self.check_recurrence()
 
@@ -231,15 +228,15 @@ class OptimConfig:
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
-        _check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        _check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
+        check(0.0 <= self.label_smoothing < 1.0, f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        check(len(self.betas) == 2 and all(0.0 <= b < 1.0 for b in self.betas),
                f"betas must be two numbers in [0, 1), got {self.betas}")
         object.__setattr__(self, "betas", tuple(self.betas))
-        _check(0 < self.eps < math.inf, f"eps must be a finite number > 0, got {self.eps}")
-        _check(self.warmup_steps >= 1, f"warmup_steps must be at least 1, got {self.warmup_steps}")
-        _check(0 < self.lr_factor < math.inf, f"lr_factor must be a finite number > 0, got {self.lr_factor}")
-        _check(self.clip_norm >= 0, f"clip_norm must be >= 0, got {self.clip_norm}")  # inf: no clipping, as 0
-        _check(0 <= self.weight_decay < math.inf, f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
+        check(0 < self.eps < math.inf, f"eps must be a finite number > 0, got {self.eps}")
+        check(self.warmup_steps >= 1, f"warmup_steps must be at least 1, got {self.warmup_steps}")
+        check(0 < self.lr_factor < math.inf, f"lr_factor must be a finite number > 0, got {self.lr_factor}")
+        check(self.clip_norm >= 0, f"clip_norm must be >= 0, got {self.clip_norm}")  # inf: no clipping, as 0
+        check(0 <= self.weight_decay < math.inf, f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
 
 
 DECODE_METHODS = ("beam", "greedy", "sample")
@@ -262,16 +259,16 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
-        _check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
-        _check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
-        _check(0 <= self.length_penalty < math.inf, f"length_penalty must be a finite number >= 0, got {self.length_penalty}")
-        _check(self.length_penalty_form in LENGTH_PENALTY_FORMS,
+        check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
+        check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
+        check(0 <= self.length_penalty < math.inf, f"length_penalty must be a finite number >= 0, got {self.length_penalty}")
+        check(self.length_penalty_form in LENGTH_PENALTY_FORMS,
                f"length_penalty_form must be one of {', '.join(LENGTH_PENALTY_FORMS)}, got {self.length_penalty_form!r}")
-        _check(0 <= self.max_len_a < math.inf, f"max_len_a must be a finite number >= 0, got {self.max_len_a}")
-        _check(self.max_len_b >= 0, f"max_len_b must be >= 0, got {self.max_len_b}")
-        _check(self.min_len >= 0, f"min_len must be >= 0, got {self.min_len}")
-        _check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
-        _check(1 <= self.nbest <= self.beam_size,
+        check(0 <= self.max_len_a < math.inf, f"max_len_a must be a finite number >= 0, got {self.max_len_a}")
+        check(self.max_len_b >= 0, f"max_len_b must be >= 0, got {self.max_len_b}")
+        check(self.min_len >= 0, f"min_len must be >= 0, got {self.min_len}")
+        check(self.no_repeat_ngram_size >= 0, f"no_repeat_ngram_size must be >= 0, got {self.no_repeat_ngram_size}")
+        check(1 <= self.nbest <= self.beam_size,
                f"nbest must be in [1, beam_size={self.beam_size}], got {self.nbest}")
 
 
@@ -287,37 +284,38 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
-        _check(math.isfinite(self.temperature) and self.temperature > 0,
+        check(math.isfinite(self.temperature) and self.temperature > 0,
                f"temperature must be a finite number > 0, got {self.temperature}")
-        _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
-        _check(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0,
+        check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        check(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0,
                f"top_p must be a finite number in (0, 1], got {self.top_p}")
-        _check(self.seed is None or -2**63 <= self.seed < 2**64,  # what torch.Generator.manual_seed takes
+        check(self.seed is None or -2**63 <= self.seed < 2**64,  # what torch.Generator.manual_seed takes
                f"seed must be from -2**63 to 2**64 - 1, got {self.seed}")
 
 
 def check_layer_options(cfg: Any) -> None:
     """What every model config built of `aiayn.modules.layers` must hold: dropout rates in [0, 1),
-    a known attention score and activation, a finite positive layer-norm ε."""
+    a known attention score and activation, a finite positive layer-norm ε, heads that divide d_model."""
+    check(cfg.d_model % cfg.n_heads == 0, f"d_model ({cfg.d_model}) must be divisible by n_heads ({cfg.n_heads})")
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         p = getattr(cfg, name)
-        _check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+        check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
     check_choice("attention_score", cfg.attention_score, ATTENTION_SCORES)
     check_choice("activation", cfg.activation, ACTIVATIONS)
-    _check(0 < cfg.layer_norm_eps < math.inf, f"layer_norm_eps must be a finite number > 0, got {cfg.layer_norm_eps}")
+    check(0 < cfg.layer_norm_eps < math.inf, f"layer_norm_eps must be a finite number > 0, got {cfg.layer_norm_eps}")
 
 
 def check_sampling_use(method: str, given: Iterable[str]) -> None:
     """Sampling settings among the names `given` (temperature, top_k, top_p) only with method 'sample':
     any other method would ignore them. A seed is harmless anywhere: one body may serve every method."""
     used = sorted(set(given) & {"temperature", "top_k", "top_p"})
-    _check(not used or method == "sample",
+    check(not used or method == "sample",
            f"{', '.join(used)} set for sampling, but the method is {method!r}: add method 'sample' (--method sample)")
 
 
 def check_choice(name: str, value: Any, choices: tuple) -> None:
     """`value` of field `name` is one of `choices`; the error names the field and the choices."""
-    _check(value in choices, f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    check(value in choices, f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
 
 
 def check_types(cls: type, data: Mapping[str, Any], prefix: str = "") -> None:

@@ -19,13 +19,19 @@ TASK_FILE = "task.json"  # in a model directory: which task made it, and what it
 DEFAULT_TASK = "translation"  # a recipe without `task`, and a model directory without task.json
 
 
+def existing(model_dir: str | Path) -> Path:
+    """`model_dir` as a Path; a FileNotFoundError naming it where there is no such directory."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"{model_dir}: model directory not found")
+    return model_dir
+
+
 def read_task_info(model_dir: str | Path, expect: Optional[str] = None) -> dict:
     """The model directory's task.json ({} for a directory written before it existed: a translation
     model). A path that is not a model directory (no config.json), or a "task" that is not a name, is
     an error saying so; with `expect`, a directory of another task is an error naming both."""
-    model_dir = Path(model_dir)
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"{model_dir}: model directory not found")
+    model_dir = existing(model_dir)
     if not (model_dir / CONFIG_FILE).is_file():
         raise ValueError(f"{model_dir}: not a model directory (no {CONFIG_FILE})")
     path = model_dir / TASK_FILE

@@ -32,6 +32,7 @@ from aiayn.decoding.continuous import ContinuousBeamSearch
 from aiayn.decoding.greedy import greedy_search
 from aiayn.decoding.interface import for_inference
 from aiayn.decoding.sampling import sample
+from aiayn.model_dir import existing
 from aiayn.models import load_model
 from aiayn.runtime import stable_hash
 
@@ -177,9 +178,7 @@ class Translator(TextTranslator):
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs) -> "Translator":
         """Load config, weights and tokenizers from one directory. Errors name the bad path."""
-        model_dir = Path(model_dir)
-        if not model_dir.is_dir():
-            raise FileNotFoundError(f"{model_dir}: model directory not found")
+        model_dir = existing(model_dir)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir), **kwargs)
 
     @property

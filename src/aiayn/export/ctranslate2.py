@@ -34,7 +34,7 @@ from aiayn import __version__
 from aiayn.data.tokenizer import load_tokenizers, save_tokenizers
 from aiayn.decoding.translator import check_vocab
 from aiayn.io import atomic_dir, atomic_write, check_replaceable, read_json_object
-from aiayn.model_dir import DEFAULT_TASK, decode_settings, read_task_info, write_task_info
+from aiayn.model_dir import DEFAULT_TASK, decode_settings, existing, read_task_info, write_task_info
 from aiayn.models import CONFIG_FILE, Transformer, load_model, read_config
 from aiayn.runtime import MissingExtra
 
@@ -104,9 +104,7 @@ def read_manifest(export_dir: str | Path) -> dict:
 # -- the model directory ---------------------------------------------------------------------------
 def _read_model_dir(model_dir: Path):
     """(model, tokenizers, task info, its decoding settings) of an exportable model directory; errors name the file."""
-    if not model_dir.is_dir():
-        raise FileNotFoundError(f"{model_dir}: model directory not found")
-    model_type, config = read_config(model_dir)
+    model_type, config = read_config(existing(model_dir))
     if model_type != Transformer.model_type:
         raise ValueError(f"{model_dir / CONFIG_FILE}: a {model_type!r} model; only the Transformer "
                          f"encoder-decoder ({Transformer.model_type!r}) exports to CTranslate2")

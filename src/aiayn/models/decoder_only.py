@@ -57,8 +57,6 @@ class DecoderOnlyConfig(ModelConfig):
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
         self.check_positive("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions")
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.vocab_size <= UNK_ID:
             raise ConfigError(f"vocab_size must hold the {UNK_ID + 1} special ids, got {self.vocab_size}")
         if self.positional not in ("learned", "sinusoidal"):

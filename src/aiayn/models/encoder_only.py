@@ -80,8 +80,6 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
         self.check_positive("d_model", "n_heads", "n_layers", "d_ff", "max_positions")
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.input not in ("tokens", "patches"):
             raise ConfigError(f"input must be 'tokens' or 'patches', got {self.input!r}")
         if self.input == "patches" and (self.patch_dim <= 0 or self.positional != "learned"):

@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import ATTENTION_SCORES as SCORES
 from aiayn.modules import masks
 from aiayn.modules.dropout import dropout as _dropout
 
@@ -46,8 +45,6 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, score: str = "scaled_dot"):
         super().__init__()
-        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
-        assert score in SCORES, f"score must be one of {SCORES}"
         self.n_heads, self.d_model, self.dropout, self.score = n_heads, d_model, dropout, score
         if score == "additive":  # the per-head vector w of e = wᵀ tanh(W_q q + W_k k)
             self.additive_w = nn.Parameter(torch.empty(n_heads, d_model // n_heads))

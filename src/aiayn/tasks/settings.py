@@ -17,15 +17,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, Mapping, Optional
 
-from aiayn.config import ConfigError
+from aiayn.config import check
 from aiayn.data.tokenizer import DEFAULT_VOCAB_SIZE
 from aiayn.runtime import stable_hash
 
-
-
-def check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
 
 
 def check_positive(settings, *names: str) -> None:

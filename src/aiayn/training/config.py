@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence
 
-from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check_types, did_you_mean
+from aiayn.config import ConfigError, DecodeConfig, OptimConfig, check, check_types, did_you_mean
 from aiayn.io import atomic_write, read_utf8
 from aiayn.metrics import LOSS_METRICS
 from aiayn.models import DEFAULT_MODEL_TYPE, model_class
@@ -38,14 +38,9 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 CONFIG_NAME = "config.toml"
 
 
-def _check(cond: bool, message: str) -> None:
-    if not cond:
-        raise ConfigError(message)
-
-
 def check_seed(seed: int) -> None:
     """train.seed's range, numpy's (also `aiayn prepare --seed`'s: the vocabulary it trains must match a run's)."""
-    _check(0 <= seed < 2**32, f"train.seed must be from 0 to 2**32 - 1 (numpy's range), got {seed}")
+    check(0 <= seed < 2**32, f"train.seed must be from 0 to 2**32 - 1 (numpy's range), got {seed}")
 
 
 VOCABULARY_KEYS = ("src_vocab_size", "tgt_vocab_size", "vocab_size")  # set from the tokenizers, never in [model]
@@ -64,9 +59,9 @@ class ModelSpec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "overrides", tuple(sorted(dict(self.overrides).items())))
         for key in VOCABULARY_KEYS:
-            _check(key not in dict(self.overrides),
+            check(key not in dict(self.overrides),
                    f"model.{key} is set from the tokenizer; set data.vocab_size instead")
-        _check(self.preset == ModelSpec.preset or self.has_presets,
+        check(self.preset == ModelSpec.preset or self.has_presets,
                f"model.preset = {self.preset!r}: model type {self.type!r} has no presets (they are the "
                "encoder-decoder's sizes); set its fields instead")
         self.build(64, 64 if dict(self.overrides).get("share_embeddings", True) is not False else 65)
@@ -83,7 +78,7 @@ class ModelSpec:
         fields = {f.name for f in dataclasses.fields(config_class)}
         settable = sorted(fields - set(VOCABULARY_KEYS) | {"type", "preset"})
         unknown = sorted(set(dict(self.overrides)) - fields)
-        _check(not unknown, f"unknown model key(s): {', '.join(unknown)}{did_you_mean(unknown, settable)}; "
+        check(not unknown, f"unknown model key(s): {', '.join(unknown)}{did_you_mean(unknown, settable)}; "
                             f"known: {', '.join(settable)}")
         check_types(config_class, dict(self.overrides), prefix="model.")
         try:
@@ -98,7 +93,7 @@ class ModelSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> "ModelSpec":
         data = dict(data)
         preset, kind = data.pop("preset", cls.preset), data.pop("type", cls.type)
-        _check(isinstance(preset, str) and isinstance(kind, str),
+        check(isinstance(preset, str) and isinstance(kind, str),
                f"model.preset and model.type must be strings, got {preset!r}, {kind!r}")
         return cls(preset=preset, overrides=tuple(data.items()), type=kind)
 
@@ -133,30 +128,30 @@ class RunConfig:
     progress: bool = True  # the `aiayn train` command draws a progress bar
 
     def __post_init__(self) -> None:
-        _check(bool(self.run_dir.strip()), "train.run_dir must not be empty (it would train into the current directory)")
-        _check(self.update_freq >= 1, f"train.update_freq must be >= 1, got {self.update_freq}")
+        check(bool(self.run_dir.strip()), "train.run_dir must not be empty (it would train into the current directory)")
+        check(self.update_freq >= 1, f"train.update_freq must be >= 1, got {self.update_freq}")
         for name in ("max_updates", "max_epochs", "save_every_updates", "validate_every", "patience", "num_threads"):
-            _check(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
+            check(getattr(self, name) >= 0, f"train.{name} must be >= 0, got {getattr(self, name)}")
         for name in ("max_minutes", "save_every_minutes"):
             v = getattr(self, name)
-            _check(v >= 0 and math.isfinite(v), f"train.{name} must be a finite number >= 0, got {v}")
-        _check(0.0 <= self.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {self.cooldown}")
+            check(v >= 0 and math.isfinite(v), f"train.{name} must be a finite number >= 0, got {v}")
+        check(0.0 <= self.cooldown < 1.0, f"train.cooldown must be in [0, 1), got {self.cooldown}")
         check_seed(self.seed)
-        _check(self.max_updates or self.max_epochs or self.max_minutes,
+        check(self.max_updates or self.max_epochs or self.max_minutes,
                "set at least one of train.max_updates, train.max_epochs, train.max_minutes")
 
-        _check(self.schedule in SCHEDULES,
+        check(self.schedule in SCHEDULES,
                f"train.schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
-        _check(self.precision in PRECISIONS,
+        check(self.precision in PRECISIONS,
                f"train.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        _check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
+        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"),
                f"train.device must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
         for name in ("keep_last", "average_last", "max_bad_updates", "log_every"):
-            _check(getattr(self, name) >= 1, f"train.{name} must be >= 1, got {getattr(self, name)}")
-        _check(self.final in ("last", "best"), f"train.final must be 'last' or 'best', got {self.final!r}")
-        _check(self.average_last <= self.keep_last,
+            check(getattr(self, name) >= 1, f"train.{name} must be >= 1, got {getattr(self, name)}")
+        check(self.final in ("last", "best"), f"train.final must be 'last' or 'best', got {self.final!r}")
+        check(self.average_last <= self.keep_last,
                f"train.average_last ({self.average_last}) cannot exceed train.keep_last ({self.keep_last})")
-        _check(self.average_last == 1 or self.final == "last",
+        check(self.average_last == 1 or self.final == "last",
                "train.final = 'best' takes the best checkpoint alone: train.average_last does not apply")
 
 
@@ -182,7 +177,7 @@ class TrainConfig:
         settings = task_class(self.task).data_config
         if self.data is None:
             object.__setattr__(self, "data", settings())
-        _check(isinstance(self.data, settings),
+        check(isinstance(self.data, settings),
                f"task {self.task!r} reads [data] as {settings.__name__}, got {type(self.data).__name__}")
         if self.train.init_from and getattr(self.data, "tokenizer", None) == "":  # its vocabulary, as its weights
             object.__setattr__(self, "data", dataclasses.replace(self.data, tokenizer=self.train.init_from))
@@ -194,10 +189,10 @@ class TrainConfig:
         task, best = task_class(self.task), self.train.best_metric
         metrics = getattr(task, "metrics", None)
         known = [*LOSS_METRICS, *(metrics or ())]
-        _check(metrics is None or best in known,
+        check(metrics is None or best in known,
                f"train.best_metric = {best!r}: task {self.task!r} validates "
                f"{', '.join(known)}{did_you_mean([best], known, 'train.best_metric = ')}")
-        _check(self.train.bleu or best in LOSS_METRICS or not getattr(task, "metrics_need_decoding", False),
+        check(self.train.bleu or best in LOSS_METRICS or not getattr(task, "metrics_need_decoding", False),
                f"train.best_metric = {best!r} needs train.bleu = true: without it validation decodes nothing and "
                f"gives only {', '.join(LOSS_METRICS)}")
 
@@ -219,7 +214,7 @@ class TrainConfig:
             settings = task_class(task).data_config if isinstance(task, str) else None
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
-        _check(settings is not None, f"{source}: task must be a string, got {task!r}")
+        check(settings is not None, f"{source}: task must be a string, got {task!r}")
         sections = {}
         for name, section_cls in {**SECTIONS, "data": settings}.items():
             body = data.get(name, {})

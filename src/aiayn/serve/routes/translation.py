@@ -44,11 +44,11 @@ def sources(pipeline, texts: list[str], source: str, target: str, server) -> lis
         raise RequestError(str(e)) from None
 
 
-def settings(pipeline, options: dict):
+def settings(pipeline, options: dict, nbest: int | None = None):
     """The translator's settings with a request's `options`; fields each fine but not together (min_len
-    with no_repeat_ngram_size 1 beyond the vocabulary) are the request's fault, a 422."""
+    with no_repeat_ngram_size 1 beyond the vocabulary, an nbest over the beam) are the request's fault, a 422."""
     try:
-        return pipeline.translator.settings(options)
+        return pipeline.translator.settings(options, nbest)
     except ValueError as e:
         raise RequestError(str(e)) from None
 
@@ -162,10 +162,8 @@ async def translate(pipeline, r: TranslateRequest, server):
     if r.return_attention and pipeline.backend != "native":
         raise RequestError(f"return_attention: attention weights are not available with the {pipeline.backend} backend", 400)
     options = r.decode_options()
-    decode, _ = settings(pipeline, options)
+    decode, _ = settings(pipeline, options, r.nbest if r.nbest > 1 else None)
     beam = decode.beam_size if decode.method == "beam" else 1
-    if r.nbest > beam:
-        raise RequestError(f"nbest {r.nbest} needs beam search with beam_size >= {r.nbest}")
     texts = sources(pipeline, list(r.text), r.source, r.target, server)
     if r.stream:
         if beam > 1 or len(texts) > 1 or r.return_attention:
