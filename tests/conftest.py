@@ -9,7 +9,9 @@ from shared_data import SHARED_DATA
 # Each xdist worker gets its share of the cores: with `-n 2` on two cores and two threads per worker,
 # the demo's copy test took 416 s beside the browser test's training instead of 19 s alone.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
+_THREADS = max(1, min(2, (os.cpu_count() or 1) // _WORKERS))
+torch.set_num_threads(_THREADS)
+os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))  # and the `aiayn` processes a test starts: no oversubscription
 
 
 @pytest.fixture

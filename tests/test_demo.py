@@ -5,6 +5,7 @@ import pytest
 from aiayn.commands.demo import run_demo
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_tiny_model_learns_copy_to_100_percent(tmp_path):
     # The `tiny` preset (d_model 32, 2 heads, 2+2 layers) without dropout, on the demo recipe
     # otherwise: 100% on seeds 1-3 (with the recipe's cooldown; without it seeds 1 and 3 stop at 97-98%).

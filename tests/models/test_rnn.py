@@ -111,6 +111,7 @@ def test_saves_weights_packed_into_one_buffer(tmp_path):
         torch.testing.assert_close(theirs, mine, msg=name)
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_learns_to_copy():
     """Bahdanau attention on the copy task: 100% exact match on held-out sequences."""
     torch.manual_seed(0)

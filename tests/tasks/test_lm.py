@@ -74,6 +74,7 @@ def test_too_short_a_text_is_an_error(tmp_path):
         prepared(tmp_path, "abc" * 10)
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_a_tiny_gpt_learns_a_repeating_text_and_generates_it(tmp_path, capsys):
     """A learning check through `aiayn train`: the text is periodic, so the model can be exact."""
     corpus = tmp_path / "text.txt"

@@ -14,6 +14,7 @@ from sort_task import NAME, sorted_exact
 SRC = Path(__file__).parents[2] / "src"
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_a_task_from_outside_trains_scores_and_serves(tmp_path, capsys):
     recipe = tmp_path / "sort.toml"
     recipe.write_text(f'task = "{NAME}"\n[model]\npreset = "tiny"\nd_model = 64\nd_ff = 256\nn_heads = 4\n'

@@ -320,6 +320,7 @@ def varied_stories(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_a_sentence_model_learns_which_fact_answers_the_question(tmp_path):
     """Two facts per story, about two people; the answer is the place in the fact about the one asked."""
     (tmp_path / "qa1_single_train.txt").write_text(varied_stories(1200))

@@ -1,4 +1,4 @@
-"""The commands that answer with a model, given the wrong directory or empty input (issue 33): one
+"""`aiayn.commands.door`, the commands that answer with a model, given the wrong directory or empty input: one
 error line that says what to do, and help that says where unset decoding flags come from."""
 
 import dataclasses
