@@ -31,4 +31,4 @@ def test_ci_runs_the_slow_tests_after_the_default_suite():
     assert "-m 'not slow'" in addopts
     runs = [shlex.split(part) for part in ci_command().split("&&")]
     pytest_runs = [words[words.index("pytest") + 1:] for words in runs if "pytest" in words]
-    assert pytest_runs == [[], ["-m", "slow"]]  # the default suite first: a failure there stops CI sooner
+    assert pytest_runs == [["-n", "2"], ["-m", "slow", "-n", "2"]]  # the default suite first: a failure there stops CI sooner
