@@ -30,7 +30,7 @@ def error_line(capsys, argv: list) -> str:
     return err.strip()
 
 
-# -- item 7: a command on another task's directory names the command that fits ----------------
+# -- a command on another task's directory names the command that fits ----------------
 @pytest.mark.parametrize("command,task,fits", [
     ("translate", "lm", "generate"),  # was AttributeError: 'EncoderOnly' ... 'max_input_length'
     ("translate", "classify", "classify"),
@@ -47,7 +47,7 @@ def test_a_command_on_another_tasks_directory_names_the_command_that_fits(dirs, 
     assert line.endswith(f"a {task} model, which `aiayn {command}` does not run; use `aiayn {fits}`"), line
 
 
-# -- item 9: a path that is no model directory is called that ---------------------------------
+# -- a path that is no model directory is called that ---------------------------------
 @pytest.mark.parametrize("command", ["translate", "summarize", "answer", "generate", "classify"])
 def test_a_path_that_is_no_model_directory_is_called_that(capsys, tmp_path, command):
     (tmp_path / "in.txt").write_text("a b\n")
@@ -112,7 +112,7 @@ def test_serve_takes_its_models_as_MODEL_or_as_repeated_model_flags_and_refuses_
     assert line == "aiayn serve: error: no model directory: aiayn serve MODEL [MODEL ...] (or --model MODEL, repeated)"
 
 
-# -- item 16: QA refuses an empty context or question in every door ---------------------------
+# -- QA refuses an empty context or question in every door ---------------------------
 @pytest.mark.parametrize("context,question", [("", "k l"), ("a b", ""), ("  ", "k l"), ("a b", " \t")])
 def test_answer_refuses_an_empty_context_or_question(dirs, capsys, tmp_path, context, question):
     line = error_line(capsys, ["answer", "--model", dirs["qa"], "--context", context, "--question", question])
@@ -125,7 +125,7 @@ def test_answer_refuses_an_empty_context_or_question(dirs, capsys, tmp_path, con
         load_pipeline(dirs["qa"]).answer(context, question)
 
 
-# -- item 17: unset decoding flags take task.json's settings, and the help says so ------------
+# -- unset decoding flags take task.json's settings, and the help says so ------------
 @pytest.mark.parametrize("command", ["summarize", "answer"])
 def test_decoding_help_says_unset_flags_take_task_json(capsys, command):
     with pytest.raises(SystemExit):
@@ -142,17 +142,6 @@ def test_unset_decoding_flags_take_task_json_and_set_ones_override_it(dirs, caps
     assert main(["summarize", "--model", str(dirs["summarization"]), "-i", str(tmp_path / "in.txt"),
                  "--max-len-b", "4"]) == 0
     assert len(capsys.readouterr().out.split()) == 4
-
-
-# -- item 12: nbest over the beam is refused by the CLI, as by the server ---------------------
-def test_translate_refuses_nbest_over_the_beam(dirs, capsys, tmp_path):
-    (tmp_path / "in.txt").write_text("a b\n")
-    capsys.readouterr()
-    assert main(["translate", str(dirs["translation"]), "-i", str(tmp_path / "in.txt"), "--method", "beam",
-                 "--beam-size", "2", "--nbest", "3"]) == 2
-    err = capsys.readouterr().err  # the progress bar had started: the error is its last line
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("aiayn translate: error: nbest 3 needs beam search with beam_size >= 3"), last
 
 
 # -- bytes in argv that are not UTF-8 reach a sentencepiece model as text, as they do from a file ---------

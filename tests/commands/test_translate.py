@@ -191,7 +191,8 @@ def test_seeded_samples_are_the_same_from_stdin_chunks_and_a_file(model_dir, tmp
     assert capsys.readouterr().out == from_file
 
 
-def test_nbest_without_beam_search_is_a_clear_error(model_dir, monkeypatch, capsys):
+def test_nbest_without_beam_search_is_one_error_line(model_dir, monkeypatch, capsys):
+    """The translator's rule (tests/decoding/test_translator.py) as the CLI says it."""
     with_stdin(monkeypatch, "a b\n")
     assert main(["translate", str(model_dir), "--nbest", "2", "--method", "greedy"]) == 2
     assert capsys.readouterr().err == ("aiayn translate: error: nbest 2 needs beam search with beam_size >= 2, "

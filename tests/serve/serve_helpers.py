@@ -36,3 +36,18 @@ def raw_post(url: str, path: str, body: bytes) -> socket.socket:
     sock.sendall(b"POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                  % (path.encode(), len(body), body))
     return sock
+
+
+def whole_response(sock) -> bytes:
+    """One HTTP response read whole (its headers and its Content-Length of body may come in separate packets)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:  # closed by the server: what came
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next((line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), b"0"))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from aiayn.serve.app import ServeLimits, create_app, serve  # noqa: E402
 from aiayn.serve.batcher import BatchConfig  # noqa: E402
 from aiayn.tasks import load_pipeline  # noqa: E402
+from serve_helpers import whole_response  # noqa: E402
 from aiayn.serve.routes.translation import TranslateRequest  # noqa: E402
 
 SENTENCE = "a b c d"
@@ -250,7 +251,7 @@ def test_keep_alive_outlasts_a_request_and_the_clients_pool_expiry(model_dir, li
         for pause in (0.0, expiry + 0.5):
             time.sleep(pause)
             sock.sendall(request)
-            answer = sock.recv(65536)
+            answer = whole_response(sock)
             assert answer.startswith(b"HTTP/1.1 200"), f"after {pause} s idle: {answer[:80]!r}"
     with monkeypatch.context() as patch:
         patch.setattr("uvicorn.Server.run", lambda server: None)  # serve builds the app and its config, no more

@@ -30,7 +30,7 @@ REQUESTS = {  # task -> (path, fields) of every route that runs the model; strin
 }
 
 
-# -- item 15: an api_key in the query string is not written to the access log -----------------
+# -- an api_key in the query string is not written to the access log -----------------
 @pytest.mark.parametrize("query", [f"api_key={KEY}", f"q=a&api%5Fkey={KEY}&source=de", f"api_key={KEY}&api_key={KEY}"])
 def test_the_access_log_hides_an_api_key_sent_in_the_query(task_dirs, live_server, query):
     lines = []
@@ -58,7 +58,7 @@ def test_redact_api_key_keeps_the_rest_of_the_path():
     assert redact_api_key("/translate?api+key=x&my_api_key=y") == "/translate?api+key=x&my_api_key=y"
 
 
-# -- item 1: --api-key guards every route that runs a model, however the key is sent -----------
+# -- --api-key guards every route that runs a model, however the key is sent -----------
 ROUTES = [(task, path, fields) for task, requests in REQUESTS.items() for path, fields in requests]
 WAYS = ("json body", "form field", "query parameter", "bearer header")
 

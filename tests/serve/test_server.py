@@ -22,7 +22,7 @@ httpx = pytest.importorskip("httpx", reason="the test extra installs httpx")
 
 
 from aiayn.serve.app import BatchConfig, ServeLimits, create_app, serve  # noqa: E402
-from serve_helpers import wait_for  # noqa: E402
+from serve_helpers import wait_for, whole_response  # noqa: E402
 from slow_task import NAME as SLOW_TASK  # noqa: E402
 from tiny_models import tiny_model  # noqa: E402
 
@@ -110,11 +110,11 @@ def test_the_bound_covers_receiving_only(task_dirs, live_server, monkeypatch):
     monkeypatch.setattr(TranslationPipeline, "run", slow_run)
     with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
         sock.sendall(HEAD + BODY)
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")  # after 2 s of decoding
+        assert whole_response(sock).startswith(b"HTTP/1.1 200")  # after 2 s of decoding
         monkeypatch.setattr(TranslationPipeline, "run", run)
         time.sleep(1.5 * BOUND)  # idle between requests
         sock.sendall(HEAD + BODY)
-        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        assert whole_response(sock).startswith(b"HTTP/1.1 200")
 
 
 @pytest.mark.parametrize("host,warns", [("127.0.0.1", False), ("localhost", False), ("::1", False),
