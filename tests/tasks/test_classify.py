@@ -103,6 +103,7 @@ def write_data(directory, n=200):
         (directory / f"{split}.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_a_classifier_learns_a_separable_task_from_an_mlm_start(tmp_path, capsys):
     write_data(tmp_path)
     recipe = tmp_path / "r.toml"

@@ -16,6 +16,7 @@ def test_patches_are_row_major_squares():
         patches(image, 3)
 
 
+@pytest.mark.slow  # a learning check of more than a few seconds
 def test_vit_learns_the_digits(tmp_path, capsys):
     pytest.importorskip("sklearn", reason="the digits need the vision extra: pip install -e '.[vision]'")
     import json
@@ -38,8 +39,6 @@ def test_vit_learns_the_digits(tmp_path, capsys):
 @pytest.mark.parametrize("image", [[[]], [], [[0.5, 2.0]], [["a"]], [[0.1, 0.2], [0.3]], [[float("nan")]]])
 def test_an_image_that_is_no_grid_of_pixels_is_a_request_error(image):
     """Refused with the shape the route wants (a 422 over HTTP), not numpy's error (a 500)."""
-    import torch
-
     from aiayn.models.encoder_only import EncoderOnly, EncoderOnlyConfig
     from aiayn.tasks.pipeline import RequestError
     from aiayn.tasks.vision import ImageClassifier
