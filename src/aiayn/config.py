@@ -97,8 +97,44 @@ class RecurrenceOptions:
         return self.depth_steps or n_layers
 
 
+@dataclass(frozen=True, kw_only=True)
+class LayerOptions:
+    """What every model built of `aiayn.modules.layers` sets, with the paper's base values (Table 3): a
+    model config inherits these and restates only the defaults it changes. `check_layers` is their one
+    validator; the modules built from a checked config check nothing again."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = training_only(0.1)  # residual + embedding dropout, P_drop of §5.4
+    attention_dropout: float = training_only(0.0)  # on attention weights; not in the paper
+    activation_dropout: float = training_only(0.0)  # inside the FFN; not in the paper
+    attention_score: str = "scaled_dot"  # §3.2.1: "scaled_dot" (the paper's), "dot" or "additive" (its comparison)
+    activation: str = "relu"  # the FFN's (§3.3: ReLU); one of ACTIVATIONS (BERT's "gelu", GPT-2's "gelu_tanh")
+    norm_first: bool = False  # False: post-norm, as in the paper; True: pre-norm
+    layer_norm_eps: float = 1e-5
+    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"
+    max_positions: int = 1024  # learned table size; sinusoidal extends on demand
+    scale_embeddings: bool = True  # §3.4: embeddings times sqrt(d_model)
+    logits_bias: bool = False  # a bias (V,) added to the output logits (Marian's final_logits_bias, BERT's MLM bias)
+
+    def check_layers(self) -> None:
+        """Sizes of at least 1 that the heads divide, dropout rates in [0, 1), a known attention score,
+        activation and position kind, a finite positive layer-norm ε."""
+        for name in ("d_model", "n_heads", "d_ff", "max_positions"):
+            check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
+        check(self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            p = getattr(self, name)
+            check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
+        check_choice("attention_score", self.attention_score, ATTENTION_SCORES)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("positional", self.positional, ("sinusoidal", "learned"))
+        check(0 < self.layer_norm_eps < math.inf, f"layer_norm_eps must be a finite number > 0, got {self.layer_norm_eps}")
+
+
 @dataclass(frozen=True)
-class TransformerConfig(RecurrenceOptions):
+class TransformerConfig(RecurrenceOptions, LayerOptions):
     """Model hyper-parameters. Defaults are the paper's base model (Table 3).
 
     `share_embeddings=None` resolves to True when the source and target vocabularies
@@ -108,29 +144,15 @@ class TransformerConfig(RecurrenceOptions):
 
     src_vocab_size: int = 37000
     tgt_vocab_size: Optional[int] = None  # None: same as source (joint vocabulary)
-    d_model: int = 512
-    n_heads: int = 8
     n_encoder_layers: int = 6
     n_decoder_layers: int = 6
-    d_ff: int = 2048
-    dropout: float = training_only(0.1)  # residual + embedding dropout, P_drop of §5.4
-    attention_dropout: float = training_only(0.0)  # on attention weights; not in the paper
-    activation_dropout: float = training_only(0.0)  # inside the FFN; not in the paper
-    attention_score: str = "scaled_dot"  # §3.2.1: "scaled_dot" (the paper's), "dot" or "additive" (its comparison)
-    norm_first: bool = False  # False: post-norm, as in the paper; True: pre-norm
-    positional: str = "sinusoidal"  # "sinusoidal" (§3.5) or "learned"
-    max_positions: int = 1024  # learned table size; sinusoidal extends on demand
     source_positions: str = "start"  # "start": §3.5, 0 at the first source token; "end": 0 at the last
     copy_attention: bool = False  # mix in copying source tokens (See et al., 2017); not in the paper
     source_units: str = "tokens"  # "sentences": the encoder reads one vector per sentence (aiayn.modules.sentences)
     sentence_ends: tuple[int, ...] = ()  # with "sentences": ids of the tokens that end one (set by the qa task)
     share_embeddings: Optional[bool] = None  # §3.4: one matrix for source and target
     tie_output: bool = True  # §3.4: pre-softmax projection = target embedding
-    layer_norm_eps: float = 1e-5
-    activation: str = "relu"  # the FFN's (§3.3: ReLU); one of ACTIVATIONS
-    logits_bias: bool = False  # a bias (V_tgt,) added to the output logits (Marian's final_logits_bias)
     sinusoid_layout: str = "interleaved"  # §3.5's; "halves": [sin | cos] (Marian); one of SINUSOID_LAYOUTS
-    scale_embeddings: bool = True  # §3.4: embeddings times sqrt(d_model)
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
@@ -142,13 +164,9 @@ class TransformerConfig(RecurrenceOptions):
         self._validate()
 
     def _validate(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_positions"):
-            check(getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("n_encoder_layers", "n_decoder_layers"):
+        for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers"):
             check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
-        check_layer_options(self)
-        check(self.positional in ("sinusoidal", "learned"),
-               f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        self.check_layers()
         check(self.source_positions in ("start", "end"),
                f"source_positions must be 'start' or 'end', got {self.source_positions!r}")
         check(not (self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size),
@@ -291,18 +309,6 @@ class SamplingConfig:
                f"top_p must be a finite number in (0, 1], got {self.top_p}")
         check(self.seed is None or -2**63 <= self.seed < 2**64,  # what torch.Generator.manual_seed takes
                f"seed must be from -2**63 to 2**64 - 1, got {self.seed}")
-
-
-def check_layer_options(cfg: Any) -> None:
-    """What every model config built of `aiayn.modules.layers` must hold: dropout rates in [0, 1),
-    a known attention score and activation, a finite positive layer-norm ε, heads that divide d_model."""
-    check(cfg.d_model % cfg.n_heads == 0, f"d_model ({cfg.d_model}) must be divisible by n_heads ({cfg.n_heads})")
-    for name in ("dropout", "attention_dropout", "activation_dropout"):
-        p = getattr(cfg, name)
-        check(0.0 <= p < 1.0, f"{name} must be in [0, 1), got {p}")
-    check_choice("attention_score", cfg.attention_score, ATTENTION_SCORES)
-    check_choice("activation", cfg.activation, ACTIVATIONS)
-    check(0 < cfg.layer_norm_eps < math.inf, f"layer_norm_eps must be a finite number > 0, got {cfg.layer_norm_eps}")
 
 
 def check_sampling_use(method: str, given: Iterable[str]) -> None:

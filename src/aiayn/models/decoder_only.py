@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import PAD_ID, UNK_ID, ConfigError, check_layer_options, check_types, training_only
+from aiayn.config import PAD_ID, UNK_ID, ConfigError, LayerOptions, check_types, training_only
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules.cache import KVCache
 from aiayn.modules.dropout import Dropout
@@ -32,36 +32,28 @@ from aiayn.modules.layers import DecoderLayer
 
 
 @dataclass(frozen=True)
-class DecoderOnlyConfig(ModelConfig):
+class DecoderOnlyConfig(ModelConfig, LayerOptions):
     """A GPT-style language model. The defaults are nanoGPT's CPU example (4 layers, 4 heads, 128
     dims, block 64): small enough to train on a laptop."""
 
     vocab_size: int = 65
-    d_model: int = 128
-    n_heads: int = 4
     n_layers: int = 4
+    tie_output: bool = True  # §3.4: pre-softmax projection = token embedding
+    d_model: int = 128  # LayerOptions' (the paper's base) restated where nanoGPT's example differs
+    n_heads: int = 4
     d_ff: int = 512
     dropout: float = training_only(0.0)
-    attention_dropout: float = training_only(0.0)
-    activation_dropout: float = training_only(0.0)
-    attention_score: str = "scaled_dot"
-    norm_first: bool = True  # GPT-2's pre-norm; False is the paper's post-norm
-    positional: str = "learned"  # "learned" (GPT) or "sinusoidal" (§3.5)
+    norm_first: bool = True  # GPT-2's pre-norm
+    positional: str = "learned"  # GPT's
     max_positions: int = 64  # the block size: the longest context
-    tie_output: bool = True  # §3.4: pre-softmax projection = token embedding
-    scale_embeddings: bool = False  # True: embeddings times sqrt(d_model), as §3.4 does
-    layer_norm_eps: float = 1e-5
-    activation: str = "relu"  # the FFN's (§3.3); GPT-2's is "gelu_tanh"; one of aiayn.config.ACTIVATIONS
-    logits_bias: bool = False  # a bias (V,) added to the output logits
+    scale_embeddings: bool = False
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
-        self.check_positive("vocab_size", "d_model", "n_heads", "n_layers", "d_ff", "max_positions")
+        self.check_positive("vocab_size", "n_layers")
         if self.vocab_size <= UNK_ID:
             raise ConfigError(f"vocab_size must hold the {UNK_ID + 1} special ids, got {self.vocab_size}")
-        if self.positional not in ("learned", "sinusoidal"):
-            raise ConfigError(f"positional must be 'learned' or 'sinusoidal', got {self.positional!r}")
-        check_layer_options(self)
+        self.check_layers()
 
 
 @dataclass

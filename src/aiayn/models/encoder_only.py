@@ -33,8 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.config import (BOS_ID, PAD_ID, UNK_ID, ConfigError, RecurrenceOptions, check_layer_options,
-                          check_types, training_only)
+from aiayn.config import BOS_ID, PAD_ID, UNK_ID, ConfigError, LayerOptions, RecurrenceOptions, check_types
 from aiayn.models.base import ModelConfig, PretrainedModel
 from aiayn.modules import masks
 from aiayn.modules.dropout import Dropout
@@ -46,30 +45,21 @@ CLS_ID = BOS_ID  # the [CLS] position's token: BOS, which no tokenized text cont
 
 
 @dataclass(frozen=True)
-class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
+class EncoderOnlyConfig(ModelConfig, RecurrenceOptions, LayerOptions):
     """BERT or ViT. `n_classes` > 0 adds the classifier head; `input` picks tokens or patches.
     `recurrence = "universal"` (`RecurrenceOptions`) makes the stack one layer applied again and again."""
 
     vocab_size: int = 8000  # tokens only
-    d_model: int = 256
-    n_heads: int = 4
     n_layers: int = 4
+    d_model: int = 256  # LayerOptions' (the paper's base) restated where an encoder-only model differs
+    n_heads: int = 4
     d_ff: int = 1024
-    dropout: float = training_only(0.1)
-    attention_dropout: float = training_only(0.0)
-    activation_dropout: float = training_only(0.0)
-    attention_score: str = "scaled_dot"
-    norm_first: bool = False  # BERT is post-norm, as the paper; ViT is pre-norm
-    positional: str = "learned"  # "learned" (BERT, ViT) or "sinusoidal" (§3.5)
+    positional: str = "learned"  # BERT's and ViT's; BERT is post-norm as the paper, ViT pre-norm (norm_first)
     max_positions: int = 128  # [CLS] included
     n_classes: int = 0  # > 0: a classification head on [CLS]
     pooling: str = "cls"  # what the classifier reads: "cls" (BERT, ViT) or "mean" of [CLS] and the real inputs
     input: str = "tokens"  # "tokens" | "patches"
     patch_dim: int = 0  # patches: values per flattened patch (channels · height · width)
-    layer_norm_eps: float = 1e-5
-    activation: str = "relu"  # the FFN's and the MLM head's; BERT's and ViT's is "gelu"; aiayn.config.ACTIVATIONS
-    logits_bias: bool = False  # a bias (V,) added to the MLM logits (BERT's cls.predictions.bias)
-    scale_embeddings: bool = True  # tokens: embeddings times sqrt(d_model) (§3.4); BERT does not scale
     embedding_norm: bool = False  # a LayerNorm over embeddings + positions (+ token types), as BERT has
     type_vocab_size: int = 0  # > 0: BERT's token-type (segment) embeddings; every input token is of type 0
     pooler: bool = False  # the classifier reads tanh(dense([CLS] state)), BERT's pooler (a BERT body may carry it unused)
@@ -79,7 +69,7 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
 
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
-        self.check_positive("d_model", "n_heads", "n_layers", "d_ff", "max_positions")
+        self.check_positive("n_layers")
         if self.input not in ("tokens", "patches"):
             raise ConfigError(f"input must be 'tokens' or 'patches', got {self.input!r}")
         if self.input == "patches" and (self.patch_dim <= 0 or self.positional != "learned"):
@@ -90,7 +80,7 @@ class EncoderOnlyConfig(ModelConfig, RecurrenceOptions):
             raise ConfigError(f"n_classes must be >= 0, got {self.n_classes}")
         if self.pooling not in ("cls", "mean"):
             raise ConfigError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
-        check_layer_options(self)
+        self.check_layers()
         if self.type_vocab_size < 0 or (self.type_vocab_size and self.input != "tokens"):
             raise ConfigError(f"type_vocab_size must be >= 0, and 0 for patches; got {self.type_vocab_size}")
         if self.pooler and self.pooling != "cls":
