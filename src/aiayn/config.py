@@ -307,8 +307,13 @@ class SamplingConfig:
         check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         check(math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0,
                f"top_p must be a finite number in (0, 1], got {self.top_p}")
-        check(self.seed is None or -2**63 <= self.seed < 2**64,  # what torch.Generator.manual_seed takes
+        check(self.seed is None or fits_64_bits(self.seed),  # what torch.Generator.manual_seed takes
                f"seed must be from -2**63 to 2**64 - 1, got {self.seed}")
+
+
+def fits_64_bits(value: int) -> bool:
+    """Within what a 64-bit integer holds, signed or not (torch's seeds; no request field takes more)."""
+    return -2**63 <= value < 2**64
 
 
 def check_sampling_use(method: str, given: Iterable[str]) -> None:

@@ -177,13 +177,13 @@ def with_request_schemas(app, models: list) -> None:
     generate = app.openapi
 
     def openapi() -> dict:
-        schema = generate()
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        for model in models:
-            own = model.model_json_schema(ref_template="#/components/schemas/{model}")
-            components.update(own.pop("$defs", {}))
-            components[model.__name__] = own
-        return schema
+        if app.openapi_schema is None:  # built once, as FastAPI's own: the request schemas added then
+            components = generate().setdefault("components", {}).setdefault("schemas", {})
+            for model in models:
+                own = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(own.pop("$defs", {}))
+                components[model.__name__] = own
+        return app.openapi_schema
 
     app.openapi = openapi
 

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from aiayn.config import fits_64_bits
 from aiayn.tasks import RequestError
 
 
@@ -116,7 +117,7 @@ def _finite_float(text: str) -> float:
 def _bounded_int(text: str) -> int:
     """A JSON integer within 64 bits: no field takes more, and 10**400 would overflow every float check."""
     value = int(text)
-    if not -2**63 <= value < 2**64:
+    if not fits_64_bits(value):
         raise HTTPProblem(422, f"{text[:20]}... in the JSON body is too large: integers must fit in 64 bits")
     return value
 

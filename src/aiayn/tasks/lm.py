@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -132,6 +132,10 @@ class Generator(Pipeline):
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **options) -> "Generator":
         read_task_info(model_dir, expect=cls.task)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir).src)
+
+    def prepare(self, prompts: Sequence) -> list[str]:
+        """Prompts as `run` reads them: a missing one (None) is `GenerateOptions.prompt`, a text's start."""
+        return [GenerateOptions.prompt if prompt is None else prompt for prompt in prompts]
 
     def run(self, prompts: list, progress=None, **options) -> list[str]:
         out = []

@@ -13,10 +13,12 @@ from typing import Annotated, Any, Callable, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
 
+from aiayn.config import fits_64_bits
 from aiayn.serve.limits import ServeLimits
 from aiayn.tasks import RequestError
 
 TOO_MUCH = ("too_many", "too_long")  # the error types answered with 413 rather than 422
+OWN = ("texts_type", "empty", *TOO_MUCH, "unicode", "number", "flag", "refused")  # our errors: their messages as raised
 
 
 class Body(BaseModel):
@@ -91,7 +93,7 @@ def _number(value: Any, info: ValidationInfo, whole: bool, low: Bound, high: Bou
         raise wrong
     if value != value or (low is not None and value < low) or (high is not None and value > high):
         raise wrong
-    if whole and not -2**63 <= value < 2**64:  # as the JSON reader bounds it: a form's text too
+    if whole and not fits_64_bits(value):  # as the JSON reader bounds it: a form's text too
         raise wrong
     return value
 
@@ -152,8 +154,8 @@ def message(error: dict) -> str:
     """One error of pydantic's in our words: a custom one as its own message says, a type error as
     "{field} must be {kind}"."""
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".") or "body"
-    if error["type"] in ("texts_type", "empty", "too_many", "too_long", "unicode", "number", "flag", "value_error", "refused"):
-        return error["msg"].removeprefix("Value error, ")
+    if error["type"] in OWN:
+        return error["msg"]
     if error["type"] == "literal_error":
         return f"{where} must be {error['ctx']['expected']}"
     kind = KINDS.get(error["type"].split("_")[0])

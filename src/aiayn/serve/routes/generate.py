@@ -9,21 +9,20 @@ from pydantic import BaseModel, ConfigDict
 from aiayn.serve.routes import Route, text_events
 from aiayn.serve.routes.fields import Body, Flag, Number, Whole, texts, whole
 from aiayn.tasks import RequestError
-from aiayn.tasks.lm import GenerateOptions
 
 MAX_NEW_TOKENS = 2000  # what one request may ask for
 Prompt, NewTokens = texts(many=False, blank_ok=True), whole(1, MAX_NEW_TOKENS)
 
 
 class GenerateRequest(Body):
-    """`aiayn generate`'s options (`GenerateOptions`, whose defaults these are); sampling's are checked by
-    the pipeline's sampler before anything is generated."""
+    """`aiayn generate`'s options. One left out (None) takes the pipeline's own default, as the command's flags
+    do; sampling's are checked by the pipeline's sampler before anything is generated."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [{"prompt": "the start of a text", "stream": True}]})
 
-    prompt: Prompt = GenerateOptions.prompt  # a new line: a text's start
-    max_new_tokens: NewTokens = GenerateOptions.max_new_tokens
-    method: str = GenerateOptions.method
+    prompt: Optional[Prompt] = None  # None: the pipeline's (a new line, a text's start)
+    max_new_tokens: Optional[NewTokens] = None
+    method: Optional[str] = None
     temperature: Optional[Number] = None
     top_k: Optional[Whole] = None
     top_p: Optional[Number] = None
@@ -36,15 +35,16 @@ class GenerateResponse(BaseModel):
 
 
 async def generate(pipeline, r: GenerateRequest, server):
-    options = r.model_dump(exclude={"prompt", "stream"})
+    options = r.model_dump(exclude={"prompt", "stream"}, exclude_none=True)
+    prompt = pipeline.prepare([r.prompt])[0]
     try:
         pipeline.sampler(**options)  # before a stream starts: a bad setting is a 422, not a broken stream
-        pipeline.prompt_ids(r.prompt)
+        pipeline.prompt_ids(prompt)
     except (TypeError, ValueError) as e:
         raise RequestError(str(e)) from None
     if r.stream:
-        return text_events(server.stream(r.prompt, **options))
-    return {"text": (await server.decode([r.prompt], **options))[0]}
+        return text_events(server.stream(prompt, **options))
+    return {"text": (await server.decode([prompt], **options))[0]}
 
 
 ROUTES = (Route("POST", "/v1/generate", generate, "continue a prompt", GenerateRequest, GenerateResponse,
