@@ -12,6 +12,7 @@ import torch
 from bench_helpers import BENCHMARKS, last_json_line
 
 
+@pytest.mark.slow  # a benchmark run of more than a few seconds
 def test_beam_profile_kinds_add_up_to_the_step():
     out = last_json_line("beam_profile.py", "--preset", "tiny", "--batch", "2", "--runs", "1", "--threads", "1",
                          "--json")

@@ -25,6 +25,7 @@ def test_decode_settings_reruns_the_runs_own_report_without_writing_to_it(tmp_pa
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow  # a benchmark run of more than a few seconds
 def test_decode_settings_average_last_rows_score_as_aiayn_average_then_aiayn_evaluate(tmp_path):
     """A row with another train.average_last decodes the mean of the run's last N checkpoints: its
     figures are those of `aiayn average --last N` scored by `aiayn evaluate`; asking for more

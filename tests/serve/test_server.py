@@ -147,9 +147,11 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir, group):
     -PGID), which ends the decoder's fork server too: that must not read as the decoder's death."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    # a request timeout no neighbour's load can reach: a queued request that it runs out on is a 503 (the
+    # next test's case), and beside another test on 2 cores the queue took over the default 60 s
     server = subprocess.Popen([sys.executable, "-m", "aiayn", "serve", str(model_dir), "--port", str(port),
-                               "--max-batch", "2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=group)
+                               "--max-batch", "2", "--timeout", "300", "--keep-alive", "330"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=group)
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -160,10 +162,10 @@ def test_sigterm_under_load_answers_every_accepted_request(model_dir, group):
                 pass
             assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
             time.sleep(0.2)
-        body = {"text": ["a b c d"], "beam_size": 2, "max_len_b": 256}  # the CLI's bound on max_len_b
+        body = {"text": ["a b c d"], "beam_size": 2, "max_len_b": 96}  # 3 waves of 2 searches of 96 steps: queued work at SIGTERM
         n = 6
         with concurrent.futures.ThreadPoolExecutor(n) as pool:
-            futures = [pool.submit(httpx.post, f"{url}/v1/translate", json=body, timeout=120) for _ in range(n)]
+            futures = [pool.submit(httpx.post, f"{url}/v1/translate", json=body, timeout=330) for _ in range(n)]
             wait_for(url, lambda m: m["requests"] + m["queue_length"] + m["texts_in_flight"] >= n,
                      "every request accepted")  # 2 in flight, the rest queued (or done)
             os.killpg(server.pid, signal.SIGTERM) if group else server.send_signal(signal.SIGTERM)
