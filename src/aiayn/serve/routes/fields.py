@@ -8,7 +8,7 @@ fields arrive as text, so the models read "3" as 3 and "true" as true (pydantic'
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Callable, Union
+from typing import Annotated, Any, Callable, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 from pydantic_core import PydanticCustomError
@@ -122,6 +122,16 @@ def _flag(value: Any, info: ValidationInfo) -> Any:
 
 
 Flag = Annotated[bool, BeforeValidator(_flag)]
+
+
+class Sampling(Body):
+    """Sampling's fields, as every route that samples names them; one left out (None) keeps the model's own
+    setting. `config.SamplingConfig` checks the values where they are used."""
+
+    temperature: Optional[Number] = None
+    top_k: Optional[Whole] = None
+    top_p: Optional[Number] = None
+    seed: Optional[Whole] = None
 
 
 # -- validation ---------------------------------------------------------------------------------------

@@ -7,14 +7,14 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from aiayn.serve.routes import Route, text_events
-from aiayn.serve.routes.fields import Body, Flag, Number, Whole, texts, whole
+from aiayn.serve.routes.fields import Flag, Sampling, texts, whole
 from aiayn.tasks import RequestError
 
 MAX_NEW_TOKENS = 2000  # what one request may ask for
 Prompt, NewTokens = texts(many=False, blank_ok=True), whole(1, MAX_NEW_TOKENS)
 
 
-class GenerateRequest(Body):
+class GenerateRequest(Sampling):
     """`aiayn generate`'s options. One left out (None) takes the pipeline's own default, as the command's flags
     do; sampling's are checked by the pipeline's sampler before anything is generated."""
 
@@ -23,10 +23,6 @@ class GenerateRequest(Body):
     prompt: Optional[Prompt] = None  # None: the pipeline's (a new line, a text's start)
     max_new_tokens: Optional[NewTokens] = None
     method: Optional[str] = None
-    temperature: Optional[Number] = None
-    top_k: Optional[Whole] = None
-    top_p: Optional[Number] = None
-    seed: Optional[Whole] = None
     stream: Flag = False  # server-sent events: a piece of text at a time
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from aiayn.config import DECODE_METHODS
 from aiayn.serve.routes import Route, text_events
-from aiayn.serve.routes.fields import Body, Flag, Number, Texts, TextList, Whole, number, whole
+from aiayn.serve.routes.fields import Body, Flag, Sampling, Texts, TextList, number, whole
 from aiayn.tasks import RequestError
 
 # -- choosing the directory -----------------------------------------------------------------------------
@@ -109,7 +109,7 @@ async def languages(pipeline, body: None, server) -> list:
 
 
 # -- native -----------------------------------------------------------------------------------------------
-class TranslateRequest(Body):
+class TranslateRequest(Sampling):
     """The body of /v1/translate. A decoding field left out keeps the model's own setting (task.json), as
     every other door does; sampling's fields are checked by `SamplingConfig` (`TextTranslator.settings`)."""
 
@@ -123,10 +123,6 @@ class TranslateRequest(Body):
     max_len_b: Optional[Length] = None
     min_len: Optional[Count] = None
     no_repeat_ngram_size: Optional[Count] = None
-    temperature: Optional[Number] = None
-    top_k: Optional[Whole] = None
-    top_p: Optional[Number] = None
-    seed: Optional[Whole] = None
     nbest: Beam = 1
     return_attention: Flag = False
     source: str = ""  # a language pair the server translates ("": the model's own, or its first)
