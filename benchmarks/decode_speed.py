@@ -1,13 +1,22 @@
 """Decoding speed in target tokens/s: aiayn (fp32, bf16, int8) vs a textbook decoder, Hugging Face and CTranslate2.
 
-All decoders run the same model: the `small` preset (d_model 256, 4 heads, 3+3 layers,
-d_ff 1024) with an 8000-token joint vocabulary and untrained, seeded weights. Hugging
-Face gets a `MarianMTModel` with our weights copied in (same architecture: post-norm,
-scaled tied embeddings, ReLU FFN, sinusoidal positions), CTranslate2 a model converted
-from our weights with its spec API (`aiayn.export.ctranslate2`, fp32 and int8). Greedy outputs of the three are
-compared as a check of the conversions. Sources are 30 tokens (29 random + EOS); every
-decoder is forced to produce exactly 40 target tokens (EOS forbidden before 40, at most
-40), so tokens/s = batch · 40 / seconds, the whole translation (encoder included) timed.
+All decoders run the same model, of one of four sizes (`--size`), with untrained, seeded weights:
+
+    small  the `small` preset (d_model 256, 4 heads, 3+3 layers, d_ff 1024), an 8,000-id joint vocabulary
+    opus   a random Marian of opus-mt's shape (d_model 512, 8 heads, 6+6 layers, d_ff 2048, swish,
+           58,101 ids) saved by `transformers` and imported with `aiayn import hf` (tests/interop/hf_checkpoints)
+    base   the paper's base preset (512, 8 heads, 6+6, 2048) with a 37,000-id shared vocabulary (§5.1)
+    big    the paper's big preset (1024, 16 heads, 6+6, 4096), the same vocabulary
+
+The model is saved once as an aiayn model directory, and every peer loads it in a process of its own,
+timed (`load s`), with the resident memory the process gained loading it (`load MB`) and at its peak
+over the whole run (`peak MB`, VmHWM minus the RSS before loading). Hugging Face gets a
+`MarianMTModel` with our weights copied in (same architecture: post-norm, scaled tied embeddings,
+ReLU FFN, sinusoidal positions; presets only), CTranslate2 a model converted from ours with its spec
+API (`aiayn.export.ctranslate2`, fp32 and int8; converted before the peers start). Greedy outputs
+are compared as a check of the conversions. Sources are 30 tokens (29 random + EOS); every decoder
+is forced to produce exactly `out_len` target tokens (40 at `small`, 32 above: EOS forbidden before,
+at most that many), so tokens/s = batch · out_len / seconds, the whole translation (encoder included) timed.
 
 "ours_bf16" and "ours_int8" are aiayn's fast decoder in bf16 (only where the CPU multiplies bf16
 natively: avx512_bf16 or AMX; elsewhere the row says so and is skipped) and with int8 weights and
@@ -22,17 +31,19 @@ in one process, CTranslate2's OpenMP runtime slowed aiayn's batch-1 decoding by 
 at a time, and their runs are interleaved, so load changes on a shared machine hit all alike;
 absolute numbers are still noisy there.
 
-    .venv/bin/python benchmarks/decode_speed.py [--json] [--runs 3] [--batch 1 32]
+    .venv/bin/python benchmarks/decode_speed.py [--size small|opus|base|big] [--json] [--runs 3] [--batch 1 32]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -41,9 +52,11 @@ from _common import emit_json
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
+from aiayn.models import load_model
 from aiayn.models.transformer import Transformer
 from aiayn.runtime import native_bf16
 
+ROOT = Path(__file__).resolve().parents[1]
 VOCAB, SRC_LEN, OUT_LEN, BEAM = 8000, 30, 40, 4
 STRATEGIES = {"greedy": 1, "beam4": BEAM}
 PEERS = ["ours", "ours_bf16", "ours_int8", "textbook", "hf", "ct2_fp32", "ct2_int8"]
@@ -51,9 +64,45 @@ RATIOS = [("ours", "ct2_fp32"), ("ours_int8", "ct2_int8"), ("ours_bf16", "ours")
           ("ours", "hf"), ("ours", "textbook")]  # (numerator, denominator) columns of the ratio table
 
 
+@dataclass(frozen=True)
+class Size:
+    """A model size of the table: a preset (or an imported Marian: `marian`), its vocabulary, the forced output length."""
+    preset: str
+    vocab: int
+    out_len: int
+    marian: bool = False
+    skip: tuple[str, ...] = ()  # peers left out unless asked for (too slow, or the wrong architecture)
+
+
+SIZES = {
+    "small": Size("small", VOCAB, OUT_LEN),
+    "opus": Size("base", 58101, 32, marian=True, skip=("textbook", "hf")),  # opus-mt-de-en's shape, swish FFN
+    "base": Size("base", 37000, 32, skip=("textbook", "hf")),
+    "big": Size("big", 37000, 32, skip=("textbook", "hf")),
+}
+
+
 def build_model(preset: str = "small", vocab: int = VOCAB, seed: int = 0) -> Transformer:
     torch.manual_seed(seed)
     return Transformer(TransformerConfig.preset(preset, src_vocab_size=vocab)).eval()
+
+
+def model_dir(size: Size, directory: Path) -> Path:
+    """An aiayn model directory of `size` in `directory` (made once; reused when it is there)."""
+    out = directory / f"{'marian' if size.marian else size.preset}-{size.vocab}"
+    if (out / "model.safetensors").is_file():
+        return out
+    if size.marian:  # saved by transformers, imported as a user would (`aiayn import hf`)
+        sys.path[:0] = [str(ROOT / "tests" / "interop"), str(ROOT / "tests")]  # the interop tests' builders
+        import hf_checkpoints
+
+        from aiayn.interop import import_hf
+
+        hf = hf_checkpoints.marian(directory / "marian-hf", d_model=512, layers=6, heads=8, d_ff=2048,
+                                   vocab_size=size.vocab, init_std=0.02)
+        return import_hf(hf, out)
+    build_model(size.preset, size.vocab).save_pretrained(out)
+    return out
 
 
 def sources(batch: int, vocab: int = VOCAB, seed: int = 1) -> torch.Tensor:
@@ -143,10 +192,10 @@ def _copy_layer(theirs, mine) -> None:
     theirs.final_layer_norm.load_state_dict(mine.ff_conn.norm.state_dict())
 
 
-def hf_generate(hf, src, beam: int) -> list[list[int]]:
+def hf_generate(hf, src, beam: int, out_len: int = OUT_LEN) -> list[list[int]]:
     with torch.inference_mode():
         out = hf.generate(input_ids=src, attention_mask=src != 0, num_beams=beam, do_sample=False,
-                          max_new_tokens=OUT_LEN, min_new_tokens=OUT_LEN, early_stopping=False,
+                          max_new_tokens=out_len, min_new_tokens=out_len, early_stopping=False,
                           length_penalty=0.0 if beam > 1 else 1.0, suppress_tokens=[0, 1])  # PAD, BOS: as ours
     return [row[1:] for row in out.tolist()]  # drop the decoder start token
 
@@ -161,10 +210,10 @@ def ct2_convert(model: Transformer, out_dir: Path, quantization: str | None) -> 
     return convert_transformer(model, out_dir, quantization, vocab, vocab[: c.tgt_vocab_size])
 
 
-def ct2_translate(translator, src, beam: int) -> list[list[int]]:
+def ct2_translate(translator, src, beam: int, out_len: int = OUT_LEN) -> list[list[int]]:
     tokens = [[_piece(i) for i in row[:-1]] for row in src.tolist()]  # the model adds EOS itself
-    results = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=OUT_LEN,
-                                         min_decoding_length=OUT_LEN, length_penalty=0.0,
+    results = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=out_len,
+                                         min_decoding_length=out_len, length_penalty=0.0,
                                          suppress_sequences=[["<blank>"], ["<s>"]],  # PAD, BOS: as ours
                                          max_batch_size=0, return_scores=False)
     return [[_id(p) for p in r.hypotheses[0]] for r in results]
@@ -179,15 +228,28 @@ def _id(piece: str) -> int:
 
 
 # -- one process per peer, timed in turn ---------------------------------------------------------
-def make_peer(name: str, model: Transformer, tmp: Path, threads: int, module_step: bool = False,
-              device: str = "cpu"):
-    """The decode function (src, beam) -> 1-best token lists of peer `name`; ValueError says why it
-    cannot run here."""
+def make_peer(name: str, model_path: Path, options: dict):
+    """The decode function (src, beam) -> 1-best token lists of peer `name`, loaded from the aiayn model
+    directory `model_path` (CTranslate2: from its conversion beside it, `convert_peers`); ValueError says
+    why it cannot run here."""
+    device, out_len = options["device"], options["out_len"]
+    if name.startswith("ct2_"):
+        if device != "cpu":
+            raise ValueError("run on the CPU only here")
+        import ctranslate2
+
+        path = ct2_path(model_path, name)
+        if not path.is_dir():
+            raise ValueError("not converted (ctranslate2 is not installed)")
+        tr = ctranslate2.Translator(str(path), device="cpu", compute_type="float32" if name == "ct2_fp32" else "int8",
+                                    intra_threads=options["threads"], inter_threads=1)
+        return lambda src, beam: ct2_translate(tr, src, beam, out_len)
+    model = load_model(model_path, device)
     if name == "ours":
-        decoder = model if module_step else for_inference(model)  # built once, as a Translator does
-        return lambda src, beam: ours(decoder, src, beam)
+        decoder = model if options["module_step"] else for_inference(model)  # built once, as a Translator does
+        return lambda src, beam: ours(decoder, src, beam, out_len)
     if name == "textbook":
-        return lambda src, beam: textbook(model, src, beam)
+        return lambda src, beam: textbook(model, src, beam, out_len)
     if name in ("ours_bf16", "ours_int8"):
         precision = name.split("_")[1]
         if precision == "bf16" and not native_bf16(device):
@@ -195,41 +257,52 @@ def make_peer(name: str, model: Transformer, tmp: Path, threads: int, module_ste
         if precision == "int8" and device != "cpu":
             raise ValueError("int8 decoding runs on the CPU")
         low = for_inference(model, precision)
-        return lambda src, beam: ours(low, src, beam)
-    if name == "hf":
-        hf = marian_from_ours(model).to(device)
-        return lambda src, beam: hf_generate(hf, src, beam)
-    if device != "cpu":
-        raise ValueError("run on the CPU only here")
-    import ctranslate2
-
-    quant = None if name == "ct2_fp32" else "int8"
-    path = ct2_convert(model, tmp / name, quant)
-    tr = ctranslate2.Translator(str(path), device="cpu", compute_type="float32" if quant is None else "int8",
-                                intra_threads=threads, inter_threads=1)
-    return lambda src, beam: ct2_translate(tr, src, beam)
+        return lambda src, beam: ours(low, src, beam, out_len)
+    hf = marian_from_ours(model).to(device)
+    return lambda src, beam: hf_generate(hf, src, beam, out_len)
 
 
-def _serve_peer(conn, name: str, options: dict) -> None:
-    """A peer's process: build the model and the peer, then time one decode per request
-    (beam, batch) -> (seconds, 1-best tokens), until None."""
+def ct2_path(model_path: Path, name: str) -> Path:
+    return model_path.parent / f"{model_path.name}-{name}"
+
+
+def convert_peers(model_path: Path, names: Sequence[str]) -> None:
+    """CTranslate2's models of `model_path` (fp32, int8), converted once before any peer starts."""
+    wanted = [n for n in names if n.startswith("ct2_") and not ct2_path(model_path, n).is_dir()]
+    if not wanted or importlib.util.find_spec("ctranslate2") is None:
+        return
+    model = load_model(model_path)
+    for name in wanted:
+        ct2_convert(model, ct2_path(model_path, name), None if name == "ct2_fp32" else "int8")
+
+
+def memory_mb(field: str) -> float:
+    """VmRSS (resident now) or VmHWM (the peak) of this process, in MB."""
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    return kb / 1024
+
+
+def _serve_peer(conn, name: str, model_path: Path, options: dict) -> None:
+    """A peer's process: load the model and the peer (timed, with the resident memory it took), then
+    time one decode per request (beam, batch) -> (seconds, 1-best tokens, peak MB gained), until None."""
     torch.set_num_threads(options["threads"])
-    model = build_model(options["preset"], options["vocab"]).to(options["device"])
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            fn = make_peer(name, model, Path(tmp), options["threads"], options["module_step"], options["device"])
-        except Exception as e:  # not installed, an API change, or not on this machine: n/a
-            conn.send(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
-            return
-        conn.send(None)
-        while (request := conn.recv()) is not None:
-            beam, batch = request
-            src = sources(batch, options["vocab"]).to(options["device"])
-            _sync(options["device"])
-            t0 = time.perf_counter()
-            out = fn(src, beam)
-            _sync(options["device"])
-            conn.send((time.perf_counter() - t0, out))
+    before = memory_mb("VmRSS")
+    start = time.perf_counter()
+    try:
+        fn = make_peer(name, model_path, options)
+    except Exception as e:  # not installed, an API change, or not on this machine: n/a
+        conn.send(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
+        return
+    conn.send((time.perf_counter() - start, memory_mb("VmRSS") - before))
+    while (request := conn.recv()) is not None:
+        beam, batch = request
+        src = sources(batch, options["vocab"]).to(options["device"])
+        _sync(options["device"])
+        t0 = time.perf_counter()
+        out = fn(src, beam)
+        _sync(options["device"])
+        conn.send((time.perf_counter() - t0, out, memory_mb("VmHWM") - before))
 
 
 def _sync(device: str) -> None:
@@ -242,23 +315,25 @@ class Peers:
     process, CTranslate2's own OpenMP runtime beside torch's slowed aiayn's batch-1 decoding by a
     third for as long as the process lived). Only one peer runs at a time."""
 
-    def __init__(self, names: Sequence[str], options: dict):
+    def __init__(self, names: Sequence[str], model_path: Path, options: dict):
         ctx = multiprocessing.get_context("spawn")
-        self.conns, self.procs = {}, []
-        for name in names:
+        self.conns, self.procs, self.loads, self.peaks = {}, [], {}, {}
+        for name in names:  # loaded one at a time, so that each load is timed on a quiet machine
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve_peer, args=(child, name, options), daemon=True)
+            proc = ctx.Process(target=_serve_peer, args=(child, name, model_path, options), daemon=True)
             proc.start()
-            self.conns[name], self.procs = parent, self.procs + [proc]
-        for name, conn in list(self.conns.items()):
-            why = conn.recv()
-            if why is not None:
-                print(f"{name}: n/a ({why})", file=sys.stderr)
-                del self.conns[name]
+            self.procs.append(proc)
+            loaded = parent.recv()
+            if isinstance(loaded, str):
+                print(f"{name}: n/a ({loaded})", file=sys.stderr)
+                continue
+            self.conns[name], self.loads[name] = parent, loaded  # (seconds, MB gained)
 
     def run(self, name: str, beam: int, batch: int) -> tuple[float, list[list[int]]]:
         self.conns[name].send((beam, batch))
-        return self.conns[name].recv()
+        seconds, out, peak = self.conns[name].recv()
+        self.peaks[name] = peak
+        return seconds, out
 
     def close(self) -> None:
         for conn in self.conns.values():
@@ -288,18 +363,46 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3, help="timed runs per cell; the median is reported")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 32])
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--preset", default="small", help="model preset (default: small; tiny for a smoke test)")
-    p.add_argument("--vocab", type=int, default=VOCAB, help=f"joint vocabulary size (default: {VOCAB})")
-    p.add_argument("--skip", nargs="*", default=[], choices=PEERS, help="peers to leave out")
+    p.add_argument("--size", default="small", choices=list(SIZES), help="the model's size (default: small)")
+    p.add_argument("--preset", help="another model preset at --size small (tiny for a smoke test)")
+    p.add_argument("--vocab", type=int, help=f"another joint vocabulary size at --size small (default: {VOCAB})")
+    p.add_argument("--cache", type=Path, help="keep the model directories here (made once) instead of a temporary one")
+    p.add_argument("--skip", nargs="*", choices=PEERS, help="peers to leave out (default: none at small; "
+                   "textbook and hf above)")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu); timings wait for CUDA kernels")
     p.add_argument("--module-step", action="store_true",
                    help="ours with the model's own step instead of its FastDecoder (models/fast_decoder.py)")
     args = p.parse_args(argv)
-    options = {"threads": args.threads, "preset": args.preset, "vocab": args.vocab, "device": args.device,
+    size = SIZES[args.size]
+    if args.preset or args.vocab:
+        if args.size != "small":
+            p.error("--preset and --vocab change the small size only")
+        size = Size(args.preset or size.preset, args.vocab or size.vocab, size.out_len)
+    skip = size.skip if args.skip is None else args.skip
+    names = [n for n in PEERS if n not in skip and not (args.module_step and n.startswith("ours_"))]
+    options = {"threads": args.threads, "vocab": size.vocab, "out_len": size.out_len, "device": args.device,
                "module_step": args.module_step}
-    rows, checks = [], []
-    names = [n for n in PEERS if n not in args.skip and not (args.module_step and n.startswith("ours_"))]
-    peers = Peers(names, options)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = model_dir(size, args.cache or Path(tmp))
+        convert_peers(path, names)
+        rows, loads = measure(Peers(names, path, options), args)
+    print(f"\n{args.size}: {size.preset} preset{' (an imported Marian)' if size.marian else ''}, {size.vocab:,} ids, "
+          f"{size.out_len} target tokens a sentence, {args.threads} threads")
+    print_ratios(rows)
+    print_memory(loads)
+    print("same 1-best tokens as ours: " + "; ".join(
+        f"{r['strategy']} b{r['batch']}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["same_as_ours"].items())
+        for r in rows if "same_as_ours" in r))
+    if args.json:
+        emit_json({"size": args.size, "preset": size.preset, "vocab": size.vocab, "out_len": size.out_len,
+                   "rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows],
+                   "memory": loads})
+    return 0
+
+
+def measure(peers: Peers, args) -> tuple[list[dict], dict]:
+    """The speed rows of every (strategy, batch) cell, and each peer's load time, load MB and peak MB."""
+    rows = []
     try:
         print_header()
         for strategy, beam in STRATEGIES.items():
@@ -307,19 +410,21 @@ def main(argv=None) -> int:
                 speeds, outs = interleaved_tokens_per_second(peers, beam, batch, args.runs)
                 row = {"strategy": strategy, "batch": batch, **{name: speeds.get(name) for name in PEERS}}
                 row.update({f"{a}/{b}": (row[a] / row[b] if row[a] and row[b] else None) for a, b in RATIOS})
+                if "ours" in outs:  # the 1-best tokens of each peer, against ours
+                    row["same_as_ours"] = {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}
                 rows.append(row)
-                if "ours" in outs:
-                    checks.append((strategy, batch, {k: v == outs["ours"] for k, v in outs.items() if k != "ours"}))
-                    row["same_as_ours"] = checks[-1][2]  # the 1-best tokens of each peer, against ours
                 print_row(row)
     finally:
         peers.close()
-    print_ratios(rows)
-    print("same 1-best tokens as ours: " + "; ".join(
-        f"{s} b{b}: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in c.items()) for s, b, c in checks))
-    if args.json:
-        emit_json({"rows": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()} for r in rows]})
-    return 0
+    loads = {name: {"load_s": round(seconds, 3), "load_mb": round(mb, 1), "peak_mb": round(peers.peaks.get(name, mb), 1)}
+             for name, (seconds, mb) in peers.loads.items()}
+    return rows, loads
+
+
+def print_memory(loads: dict) -> None:
+    print(f"\n{'peer':<11}{'load s':>8}{'load MB':>9}{'peak MB':>9}   (resident memory gained by the peer's process)")
+    for name, m in loads.items():
+        print(f"{name:<11}{m['load_s']:>8.2f}{m['load_mb']:>9,.0f}{m['peak_mb']:>9,.0f}")
 
 
 def print_header() -> None:
