@@ -49,7 +49,7 @@ def test_image_classify_door(vit_dirs):
         probs = load_model(ours).classify(torch.from_numpy(patches(images, 2))).softmax(-1)
     out = pipe([image.tolist() for image in images])
     assert [label for label, _ in out] == [str(int(i)) for i in probs.argmax(-1)]
-    assert pipe.attention("0").describe()  # [CLS]'s attention over test digit 0
+    assert pipe.attention(0).describe()  # [CLS]'s attention over test digit 0
 
 
 def test_the_exported_processor_turns_8_bit_pixels_into_what_the_model_read(vit_dirs, tmp_path):

@@ -59,7 +59,7 @@ def test_vit_cls_to_patch_attention(tmp_path):
     vit.save_pretrained(tmp_path)
     (tmp_path / "task.json").write_text(json.dumps({"task": "image-classify", "labels": list("0123456789"),
                                                     "patch_size": 2}))
-    att = load_pipeline(tmp_path).attention("5")  # test image number 5
+    att = load_pipeline(tmp_path).attention(5)  # test image number 5
     assert att.cls.shape == (3, 2, 16)
     x = torch.from_numpy(patches(att.image[None], 2))
     with torch.no_grad():

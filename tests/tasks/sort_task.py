@@ -1,7 +1,7 @@
 """A task that aiayn does not know: sorting a list of numbers. Everything it needs is here, built
-on aiayn's public bases: its `[data]` settings, its data, its metric, its pipeline and its HTTP
-route, whose request model and handler are a small adapter beside the pipeline (`ROUTES`, named by
-`SortPipeline.routes` as serve's own routes are). A recipe names it by its import path,
+on aiayn's public bases: its `[data]` settings, its data, its metric, its pipeline, its HTTP
+route and its CLI line format, each a small adapter beside the pipeline (`ROUTES` and `LINES`, named
+by `SortPipeline.routes` and `SortPipeline.lines` as aiayn's own are). A recipe names it by its import path,
 `task = "sort_task:SortTask"` (issue 28's plug-in proof)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from aiayn.commands.lines import LineFormat
 from aiayn.serve.routes import Route
 from aiayn.serve.routes.fields import Body
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
@@ -36,12 +37,10 @@ def sorted_exact(outputs: list[str], refs: list[list[str]]) -> float:
 class SortPipeline(TextPipeline):
     task, metric = NAME, "sorted_exact"
     routes = "sort_task:ROUTES"
+    lines = "sort_task:LINES"
 
     def source(self, numbers) -> str:
         return " ".join(str(n) for n in numbers)
-
-    def parse_line(self, line: str):
-        return [int(word) for word in line.split()]
 
     def score(self, texts: list[str], refs: list[list[str]], **kwargs) -> dict:
         value = sorted_exact(texts, refs)
@@ -62,6 +61,7 @@ async def sort(pipeline: SortPipeline, r: SortRequest, server) -> dict:
 
 
 ROUTES = (Route("POST", "/v1/sort", sort, "sort a list of numbers", SortRequest),)
+LINES = LineFormat(parse=lambda line: [int(word) for word in line.split()])  # "3 1 2" -> [3, 1, 2]
 
 
 class SortTask(Seq2SeqTask):

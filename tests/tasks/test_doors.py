@@ -74,7 +74,7 @@ def test_qa_keeps_the_question_of_a_long_context_in_every_door(tmp_path, capsys)
     python = pipeline([(context, question)])
     kept = " ".join(" ".join(WORDS[:12] * 3).split()[-4:]) + " [SEP] k l"  # 7 tokens + EOS: the end is kept
     assert python == pipeline.translator.translate([kept])  # the model saw the question and the latest words
-    maps = pipeline.attention(json.dumps({"context": context, "question": question}))  # `aiayn plot`'s door
+    maps = pipeline.attention((context, question))  # `aiayn plot`'s door
     assert maps.src_labels[:-1] == kept.split()  # the source it drew, before its EOS
     (tmp_path / "q.jsonl").write_text(json.dumps({"context": context, "question": question}) + "\n")
     out = cli(capsys, "answer", "--model", directory, "-i", tmp_path / "q.jsonl")

@@ -10,6 +10,7 @@ JSON lines in: {"context": ..., "question": ...} per line; out: {"context", "que
 from __future__ import annotations
 
 from aiayn.commands import door, translate
+from aiayn.commands.lines import one_line
 
 HELP = "answer questions with a model directory trained by the qa task (--context/--question, or JSONL)"
 
@@ -25,8 +26,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from aiayn.tasks import one_line
-
     one = args.context is not None or args.question is not None
     if one and args.input is not None:
         raise ValueError("give --context and --question, or -i FILE (JSON lines), not both")

@@ -14,6 +14,8 @@ import sys
 from itertools import islice
 from typing import Callable, Iterator, Optional, Sequence
 
+from aiayn.commands.lines import line_format
+
 STDIN_CHUNK = 2000  # lines answered (and written) together when reading a pipe
 
 
@@ -134,10 +136,10 @@ def stdin_lines():
 
 def parse(pipeline, lines: list[str], where: str, first: int = 0) -> list:
     """Inputs of `lines` by the pipeline's line format; a bad line is an error naming `where` and its number."""
-    inputs = []
+    read, inputs = line_format(pipeline).parse, []
     for number, line in enumerate(lines, start=first + 1):
         try:
-            inputs.append(pipeline.parse_line(line))
+            inputs.append(read(line))
         except ValueError as e:
             raise ValueError(f"{where}:{number}: {e}") from None
     return inputs
@@ -173,9 +175,10 @@ def answer(pipeline, inputs: list, options: dict) -> list:
 def run_lines(args, pipeline, options: dict, format_line: Optional[Callable] = None,
               index_option: Optional[str] = None) -> int:
     """-i FILE (or stdin, streamed in chunks) -> -o FILE (or stdout): one output line per input line.
-    `format_line(index, input, output)` replaces the pipeline's; `index_option` names the option
-    that tells the pipeline the line number of a chunk's first line (seeded sampling)."""
-    fmt = format_line or (lambda i, given, out: pipeline.format_line(given, out))
+    `format_line(index, input, output)` replaces the pipeline's line format; `index_option` names the
+    option that tells the pipeline the line number of a chunk's first line (seeded sampling)."""
+    write = line_format(pipeline).write
+    fmt = format_line or (lambda i, given, out: write(pipeline, given, out))
     if args.input not in (None, "-"):  # -i - is stdin, as -o - is stdout
         inputs = parse(pipeline, read_lines(args.input), args.input)
         outputs = answer(pipeline, inputs, options)

@@ -149,8 +149,8 @@ def _decode(args, pipeline, sources: list[str]) -> list[str]:
     """The model's outputs for the lines `sources`, through its pipeline: read in its line format,
     answered as `aiayn translate` (and the rest) would, each output's text one line."""
     from aiayn.commands.door import answer, parse, write_lines
+    from aiayn.commands.lines import one_line
     from aiayn.commands.translate import translate_kwargs
-    from aiayn.tasks import one_line
 
     options = {k: v for k, v in {**translate_kwargs(args), "target": args.target}.items() if v is not None}  # the flags given
     outputs = answer(pipeline, parse(pipeline, sources, args.src), options)

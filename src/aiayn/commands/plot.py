@@ -110,8 +110,10 @@ def _figure(args, size: dict):
 
 def _attention(args, size: dict):
     """Through the model's pipeline: its input is cut as every door cuts it; `--image` (a test image's
-    index) for a pipeline that reads images, `--sentence` for one that reads text."""
+    index) for a pipeline that reads images, `--sentence` (a line of its CLI line format) for one that
+    reads text."""
     from aiayn.commands.door import load
+    from aiayn.commands.lines import line_format
     from aiayn.config import DecodeConfig
     from aiayn.plots.attention import draw  # matplotlib's import: only for a plot
 
@@ -124,7 +126,8 @@ def _attention(args, size: dict):
             raise ValueError(f"--image {args.image}: {args.model} reads text, not images; give --sentence TEXT")
         raise ValueError(f"--sentence {args.sentence!r}: {args.model} reads images, not text; "
                          "give --image N (the number of a test image)")
-    maps = pipeline.attention(str(args.image) if image else args.sentence, max_len_b=args.max_len_b)
+    given = args.image if image else line_format(pipeline).parse(args.sentence)
+    maps = pipeline.attention(given, max_len_b=args.max_len_b)
     print(maps.describe(), file=_notes(args))
     return draw(maps, args.part, args.layer, args.head, **size)
 

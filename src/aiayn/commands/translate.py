@@ -6,6 +6,7 @@ from __future__ import annotations
 
 
 from aiayn.commands import door
+from aiayn.commands.lines import one_line
 from aiayn.config import DECODE_METHODS, DEFAULT_BATCH_TOKENS, LENGTH_PENALTY_FORMS, DecodeConfig, SamplingConfig
 from aiayn.runtime import PRECISION_CHOICES
 
@@ -85,8 +86,6 @@ def add_target_argument(p) -> None:
 
 def format_nbest(index: int, hyps) -> str:
     """The n best of one sentence as 'index ||| text ||| score' lines (without the final newline)."""
-    from aiayn.tasks import one_line
-
     return "\n".join(f"{index} ||| {one_line(text)} ||| {score:.4f}" for text, score in hyps)
 
 

@@ -19,7 +19,7 @@ from typing import Mapping
 
 from aiayn.config import ConfigError
 from aiayn.model_dir import DEFAULT_TASK, read_task_info, task_of, write_task_info
-from aiayn.tasks.pipeline import Pipeline, RequestError, one_line  # what every door speaks
+from aiayn.tasks.pipeline import Pipeline, RequestError  # what every door speaks
 
 TASKS: Mapping[str, str] = MappingProxyType({  # name -> "module:class", imported on first use
     "translation": "aiayn.tasks.translation:TranslationTask",
@@ -85,4 +85,4 @@ def load_pipeline(model_dir: str | Path, device="cpu", backend: str = "native", 
 
 
 __all__ = ["TASKS", "DEFAULT_TASK", "task_class", "build_task", "task_of", "load_pipeline", "Pipeline",
-           "RequestError", "one_line", "read_task_info", "write_task_info"]
+           "RequestError", "read_task_info", "write_task_info"]

@@ -198,6 +198,7 @@ class Classifier(Pipeline):
 
     task, command, metric = "classify", "classify", "accuracy"
     routes = "aiayn.serve.routes.classify:ROUTES"
+    lines = "aiayn.commands.lines:LABELS"
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)
 
@@ -246,15 +247,12 @@ class Classifier(Pipeline):
     def classify(self, texts: Sequence[str], batch_size: int = 64) -> list[tuple[str, float]]:
         return self.run(list(texts), batch_size=batch_size)
 
-    def format_line(self, given, output) -> str:
-        return f"{output[0]}\t{output[1]:.4f}"
-
     def text(self, output) -> str:
         return output[0]
 
-    def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
-        """The bidirectional self-attention over the text of `line`, [CLS] first."""
-        return self_attention_maps(self.model, self.tokenizer, line.strip(), "encoder", first=[("[CLS]", CLS_ID)])
+    def attention(self, text: str, **output_limits):  # nothing is generated: no output limits apply
+        """The bidirectional self-attention over `text`, [CLS] first."""
+        return self_attention_maps(self.model, self.tokenizer, text.strip(), "encoder", first=[("[CLS]", CLS_ID)])
 
 
 def refuse_options(task: str, options: dict) -> None:

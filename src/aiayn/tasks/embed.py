@@ -78,10 +78,11 @@ def pool(states: torch.Tensor, real: torch.Tensor, pooling: str) -> list[np.ndar
 
 class Embedder(Pipeline):
     """`Embedder.from_pretrained(DIR).embed(texts)` (or `load_pipeline(DIR)(texts)`) -> one float32
-    array per text. A CLI output line is the JSON array of the vector (or of the token vectors)."""
+    array per text."""
 
     task, command = "embed", "embed"
     routes = "aiayn.serve.routes.embed:ROUTES"
+    lines = "aiayn.commands.lines:VECTORS"
     load_options = ("max_input_tokens",)
     model_types = (EncoderOnly.model_type,)
 
@@ -133,9 +134,6 @@ class Embedder(Pipeline):
     def embed(self, texts: Sequence[str], pooling: Optional[str] = None, normalize: Optional[bool] = None,
               batch_size: int = 64) -> list[np.ndarray]:
         return self.run(self.prepare(texts), batch_size=batch_size, pooling=pooling, normalize=normalize)
-
-    def format_line(self, given, output) -> str:
-        return json.dumps(np.round(output, 6).tolist())
 
 
 class EmbedTask(MLMTask):

@@ -233,9 +233,9 @@ class Generator(Pipeline):
             if new < n:  # the model ended the text
                 return
 
-    def attention(self, line: str, **output_limits):  # nothing is generated: no output limits apply
-        """The causal self-attention over the text of `line` (nothing generated)."""
-        return self_attention_maps(self.model, self.tokenizer, line, "decoder")
+    def attention(self, text: str, **output_limits):  # nothing is generated: no output limits apply
+        """The causal self-attention over `text` (nothing generated)."""
+        return self_attention_maps(self.model, self.tokenizer, text, "decoder")
 
 
 

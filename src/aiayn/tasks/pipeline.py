@@ -2,11 +2,12 @@
 and `aiayn plot` need of a model directory, so that it answers the same through each of them.
 
     inputs  --prepare-->  model items  --run-->  outputs          pipeline(inputs) does both
-    a CLI line     parse_line(line) -> input;   format_line(input, output) -> one output line
     evaluate       text(output) -> what `score(texts, refs)` measures with the task's `metric`
+    the CLI        `lines` names its line format in `aiayn.commands.lines` (how a line becomes an
+                   input and an output a line)
     HTTP           `routes` names the module of its routes in `aiayn.serve.routes`, whose handlers
                    call these methods; the server batches their items into `run` calls
-    plot           attention(line) -> a picture's data (with `draw` and `describe`)
+    plot           attention(input) -> a picture's data (with `draw` and `describe`)
 
 `prepare` is cheap (it runs where a request arrives); `run` holds the model work, so a server
 batches the items of several requests into one `run` call, or a continuous `session`.
@@ -15,7 +16,6 @@ batches the items of several requests into one `run` call, or a continuous `sess
 
 from __future__ import annotations
 
-import json
 from typing import Callable, ClassVar, Iterator, Optional, Sequence
 
 from aiayn.metrics import SCORERS
@@ -31,11 +31,6 @@ class RequestError(ValueError):
         self.status = status
 
 
-def one_line(text: str) -> str:
-    """An output never breaks line alignment: line breaks inside it become spaces."""
-    return " ".join(text.splitlines()) if ("\n" in text or "\r" in text) else text
-
-
 class Pipeline:
     """Base of every task's door; a subclass sets the class attributes and `from_pretrained`/`run`."""
 
@@ -43,6 +38,7 @@ class Pipeline:
     command: ClassVar[str] = ""  # the `aiayn` command that answers with this pipeline
     metric: ClassVar[str] = ""  # a `metrics.SCORERS` name for `aiayn evaluate --model`; "" = none
     routes: ClassVar[str] = ""  # "module:NAME" of the HTTP routes that serve offers for it (`aiayn.serve.routes`)
+    lines: ClassVar[str] = ""  # "module:NAME" of its CLI line format (`aiayn.commands.lines`); "" = text lines
     backends: ClassVar[tuple[str, ...]] = ("native",)  # what `load_pipeline(..., backend=)` may ask for
     # what `from_pretrained` (and `load_pipeline`) take beyond the directory, e.g. "precision", "quantize",
     # "max_input_tokens": any other option given is an error, never silently ignored
@@ -104,15 +100,7 @@ class Pipeline:
         these options, or None: the server then batches whole `run` calls."""
         return None
 
-    # -- the CLI and evaluate --------------------------------------------------------------------
-    def parse_line(self, line: str):
-        """One input line -> an input. Errors name nothing: the caller adds the file and line."""
-        return line
-
-    def format_line(self, given, output) -> str:
-        """An output line, without its newline."""
-        return one_line(self.text(output))
-
+    # -- evaluate and plot -----------------------------------------------------------------------
     def text(self, output) -> str:
         """The text of an output that a metric scores."""
         return output
@@ -123,24 +111,11 @@ class Pipeline:
             raise ValueError(f"a {self.task} model has no metric for aiayn evaluate")
         return {"metric": self.metric, **SCORERS[self.metric](texts, refs, **kwargs)}
 
-    def attention(self, line: str, **output_limits):
-        """What `aiayn plot attention` draws for one input line: an object with `draw(part, layer,
-        head, size)` and `describe()`; `output_limits` (max_len_a, max_len_b) bound what is generated."""
+    def attention(self, given, **output_limits):
+        """What `aiayn plot attention` draws for one input (as `prepare` takes it; a test image's index
+        where `reads_images`): an object with `draw(part, layer, head, size)` and `describe()`;
+        `output_limits` (max_len_a, max_len_b) bound what is generated."""
         raise ValueError(f"aiayn plot attention does not draw a {self.task} model")
-
-
-def parse_json_line(line: str, fields: Sequence[str]) -> dict:
-    """A JSON object with non-empty string `fields`."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not a JSON object ({e})") from None
-    if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
-    for name in fields:
-        if not isinstance(record.get(name), str) or not record[name].strip():
-            raise ValueError(f"field {name!r} must be a non-empty string")
-    return record
 
 
 class NoPipeline(Pipeline):

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import glob
-import json
 import logging
 import re
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from aiayn import metrics
 from aiayn.config import UNK_ID, ConfigError
 from aiayn.data.corpus import CorpusError
 from aiayn.data.records import read_babi, read_jsonl, record_file
-from aiayn.tasks.pipeline import RequestError, parse_json_line
+from aiayn.tasks.pipeline import RequestError
 from aiayn.tasks.seq2seq import Examples, Seq2SeqTask, TextPipeline
 from aiayn.tasks.settings import TextPairSettings, carved, carving, check, check_carve
 
@@ -84,26 +83,17 @@ class QAData(TextPairSettings):
 
 class QA(TextPipeline):
     """`QA.from_pretrained(DIR).answer(context, question)` (or `load_pipeline(DIR)([(context,
-    question)])`); with two lists, one answer per pair, batched together. A CLI line is a JSON
-    object with "context" and "question"; its output line is that object with "prediction"."""
+    question)])`); with two lists, one answer per pair, batched together."""
 
     task, command, metric = "qa", "answer", "squad"
     routes = "aiayn.serve.routes.answer:ROUTES"
+    lines = "aiayn.commands.lines:QUESTIONS"
 
     def source(self, given) -> str:
         context, question = given
         if not context.strip() or not question.strip():
             raise RequestError("the context and the question must not be empty")
         return qa_source(context, question)
-
-    def parse_line(self, line: str):
-        record = parse_json_line(line, ("context", "question"))
-        return record["context"], record["question"]
-
-    def format_line(self, given, output) -> str:
-        context, question = given
-        return json.dumps({"context": context, "question": question, "prediction": self.text(output)},
-                          ensure_ascii=False)
 
     def answer(self, context: str | Sequence[str], question: str | Sequence[str], **options) -> str | list[str]:
         """`options`: `Translator.translate` keywords (method, beam_size, progress, ...)."""

@@ -404,11 +404,11 @@ class TextPipeline(Pipeline):
     def text(self, output) -> str:
         return output if isinstance(output, str) else output[0][0]
 
-    def attention(self, line: str, max_len_a: Optional[float] = None, max_len_b: Optional[int] = None):
-        """The attention maps of the greedy output for one input line, its source cut as the door cuts
-        it; the output length limit is the directory's unless given."""
+    def attention(self, given, max_len_a: Optional[float] = None, max_len_b: Optional[int] = None):
+        """The attention maps of the greedy output for one input, its source cut as the door cuts it;
+        the output length limit is the directory's unless given."""
         tr = self.translator
-        ids = encode_source(tr.tokenizers.src, self.prepare([self.parse_line(line)])[0], tr.max_input_tokens, tr.keep)
+        ids = encode_source(tr.tokenizers.src, self.prepare([given])[0], tr.max_input_tokens, tr.keep)
         if len(ids) < 2:
             raise ValueError("the sentence to translate is empty")
         a = tr.decode.max_len_a if max_len_a is None else max_len_a

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -84,6 +83,7 @@ class ImageClassifier(Classifier):
 
     task, command, metric = "image-classify", "classify", "accuracy"
     routes = "aiayn.serve.routes.classify:IMAGE_ROUTES"
+    lines = "aiayn.commands.lines:IMAGES"
     load_options = ()
     reads_images = True
 
@@ -131,18 +131,8 @@ class ImageClassifier(Classifier):
     def batch(self, inputs: list, device) -> torch.Tensor:
         return torch.from_numpy(np.stack(inputs)).to(device)  # (B, N, p²)
 
-    def parse_line(self, line: str):
-        try:
-            return json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"not a JSON array of pixel rows ({e})") from None
-
-    def attention(self, line: str, **output_limits):
-        """[CLS]'s attention to the patches of test image number `line` of the digits."""
-        try:
-            index = int(line)
-        except ValueError:
-            raise ValueError(f"a ViT's attention is drawn for a test image's number, got {line!r}") from None
+    def attention(self, index: int, **output_limits):
+        """[CLS]'s attention to the patches of test image number `index` of the digits."""
         images, labels = load_digits()
         chosen = split_indices(len(labels), "test")
         if not 0 <= index < len(chosen):
