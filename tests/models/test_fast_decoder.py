@@ -66,9 +66,10 @@ def decode_steps(decoder, src: Tensor, tgt: Tensor) -> Tensor:
 
 
 @pytest.mark.parametrize("overrides", [{}, {"positional": "learned", "copy_attention": True}])
-def test_a_snapshot_until_refreshed(overrides):
-    """No hidden memo and no mix of old and new weights: a FastDecoder (and a Translator's) keeps
-    giving the outputs of the weights it was built with, until it is rebuilt."""
+def test_changed_weights_are_refused_until_rebuilt(overrides):
+    """No hidden memo and no mix of old and new weights: once the model's weights change (in place, as
+    an optimizer does, or a tensor replaced), a FastDecoder (and a Translator's) refuses to start
+    until it is rebuilt, which then decodes with the new weights."""
     model, src = tiny(**overrides), sources()
     assert model.decoder.embed is model.encoder.embed  # one matrix: source, target and output
     tgt = torch.randint(4, V, (3, 5))
@@ -80,13 +81,28 @@ def test_a_snapshot_until_refreshed(overrides):
     update_in_place(model)
     after = decode_steps(model, src, tgt)
     assert not torch.allclose(after, before, atol=1e-3)
-    torch.testing.assert_close(decode_steps(fast, src, tgt), before, atol=0, rtol=0)
-    torch.testing.assert_close(decode_steps(translator.decoder, src, tgt), before, atol=0, rtol=0)
-
+    for decoder in (fast, translator.decoder):
+        with pytest.raises(ValueError, match="weights changed"):
+            decoder.start(src)
     translator.refresh()
     torch.testing.assert_close(decode_steps(translator.decoder, src, tgt), after, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(decode_steps(model.fast_decoder(), src, tgt), after, atol=1e-5, rtol=1e-5)
-    assert not any(p.requires_grad for p in translator.decoder.model.parameters())  # inference only
+    model.encoder.layers[0].ff.linear1.bias = torch.nn.Parameter(torch.ones_like(model.encoder.layers[0].ff.linear1.bias))
+    with pytest.raises(ValueError, match="weights changed"):
+        translator.decoder.start(src)
+
+
+def test_reads_the_models_own_tensors_in_fp32_and_no_fp32_copy_in_int8():
+    """Memory: fp32 reads the model's tensors, copying none; int8 holds its own int8 copies and no
+    reference to the model, so a Translator's fp32 weights can be freed."""
+    model = tiny()
+    fast = model.fast_decoder()
+    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    held = [t for layer in fast.layers for t in (*layer.sa_norm, *layer.ca_norm, *layer.ff_norm)] + [fast.output.w]
+    assert {t.untyped_storage().data_ptr() for t in held} <= storages
+    int8 = model.fast_decoder("int8")
+    tensors = (*int8.encoder.named_parameters(), *int8.encoder.named_buffers())
+    matrices = [name for name, t in tensors if t.dtype == torch.float32 and t.dim() == 2 and "positions" not in name]
+    assert int8.model is None and matrices == []  # the encoder's matrices and embeddings are int8
 
 
 class GeluLayer(DecoderLayer):

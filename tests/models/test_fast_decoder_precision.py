@@ -16,7 +16,7 @@ from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.models import Transformer
 from aiayn.models.fast_decoder import FastDecoder
 from aiayn.modules.cache_merge import concat
-from aiayn.modules.quantized import Int8Linear
+from aiayn.modules.quantized import Int8Embeddings, Int8Linear
 from copy_task import _batch, train_and_copy
 
 V = 24
@@ -67,12 +67,12 @@ def dequantized_reference(decoder: FastDecoder) -> FastDecoder:
         return lambda x: F.linear(x, w, b)
 
     for layer in decoder.layers:
-        for name in ("qkv", "sa_out", "q", "ca_out", "ff1", "ff2"):
+        for name in ("qkv", "sa_out", "q", "kv", "ca_out", "ff1", "ff2"):
             setattr(layer, name, fp32(getattr(layer, name)))
     decoder.output.int8 = fp32(decoder.output.int8)
-    for module in list(decoder.model.encoder.modules()):
+    for module in list(decoder.encoder.modules()):
         for name, child in module.named_children():
-            if isinstance(child, Int8Linear):
+            if isinstance(child, Int8Linear) and not isinstance(module, Int8Embeddings):  # embeddings: its rows
                 setattr(module, name, _Dequantized(child))
     return decoder
 

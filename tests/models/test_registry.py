@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from aiayn.config import ConfigError, TransformerConfig
 from aiayn.models import DEFAULT_MODEL_TYPE, MODEL_TYPES, Transformer, build_model, load_model, read_config
@@ -70,3 +71,23 @@ def test_a_config_json_that_is_not_utf8_names_the_file_and_line(tmp_path):
     path.write_bytes(path.read_bytes().replace(b"{", b'{"note": "caf\xe9",', 1))
     with pytest.raises(ValueError, match=r"config\.json:1: invalid UTF-8"):
         read_config(tmp_path)
+
+
+def test_load_model_takes_the_files_tensors_tied_as_saved_and_names_a_missing_one(tmp_path):
+    """Built on the meta device, no weight drawn (the caller's random state untouched), every tensor the
+    file's, a tied matrix one tensor again; a file without a tensor the model needs is refused, naming it."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=20)).eval()
+    model.save_pretrained(tmp_path / "m")
+    state = torch.random.get_rng_state()
+    loaded = load_model(tmp_path / "m")
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert loaded.decoder.embed.weight is loaded.encoder.embed.weight
+    assert not any(t.is_meta for t in (*loaded.parameters(), *loaded.buffers()))
+    for (name, a), b in zip(model.state_dict().items(), loaded.state_dict().values()):
+        assert torch.equal(a, b), name
+    weights = load_file(tmp_path / "m" / "model.safetensors")
+    del weights["decoder.layers.0.ff.linear1.bias"]
+    save_file(weights, tmp_path / "m" / "model.safetensors")
+    with pytest.raises(ValueError, match=r"model\.safetensors: cannot load weights \(missing: decoder\.layers\.0\.ff\.linear1\.bias"):
+        load_model(tmp_path / "m")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.modules.quantized import Int8Linear, quantize_linears_
+from aiayn.modules.quantized import Int8Embeddings, Int8Linear
 
 
 @pytest.mark.parametrize("rows", [1, 4, 33])
@@ -34,8 +34,10 @@ def test_a_row_gives_the_same_result_whatever_shares_its_batch():
     assert torch.equal(y[1, 2], q(x[1, 2][None])[0])
 
 
-def test_quantize_linears_replaces_every_linear_and_nothing_else():
-    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Sequential(nn.Linear(4, 2), nn.LayerNorm(2)))
-    quantize_linears_(model)
-    kinds = [type(m).__name__ for m in model.modules()]
-    assert kinds.count("Int8Linear") == 2 and "Linear" not in kinds and "LayerNorm" in kinds
+def test_int8_embeddings_are_the_dequantized_rows_times_the_scale():
+    """A tied model's int8 output projection doubles as its embedding table: rows of the same codes."""
+    q = Int8Linear(torch.randn(10, 6), None)
+    tokens = torch.tensor([[3, 0, 9], [9, 9, 1]])
+    got = Int8Embeddings(q, 2.5)(tokens)
+    assert got.shape == (2, 3, 6)
+    torch.testing.assert_close(got, q.dequantized_weight()[tokens] * 2.5, atol=0, rtol=0)

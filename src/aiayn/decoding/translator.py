@@ -167,23 +167,26 @@ class Translator(TextTranslator):
         limit = model.max_input_length if max_input_tokens is None else max_input_tokens
         super().__init__(tokenizers, decode, sampling, limit, batch_tokens, keep)
         self.model = model.eval()
+        self.device = next(model.parameters()).device
         check_vocab(model.config, tokenizers)
         self.precision = arithmetic(precision, quantize)
         self.refresh()
 
     def refresh(self) -> None:
-        """Rebuild the inference view of the model: call after its weights change."""
+        """Rebuild the inference view of the model: call after its weights change. In int8 the view holds
+        int8 copies of every weight it reads, and the Translator lets the fp32 model go (its memory is
+        then about a quarter of the model's): nothing is left to refresh from."""
+        if self.model is None:
+            raise ValueError("an int8 Translator keeps only its int8 weights: make a new one from the changed model")
         self.decoder = for_inference(self.model, self.precision)
+        if self.precision == "int8":
+            self.model = None
 
     @classmethod
     def from_pretrained(cls, model_dir: str | Path, device: str | torch.device = "cpu", **kwargs) -> "Translator":
         """Load config, weights and tokenizers from one directory. Errors name the bad path."""
         model_dir = existing(model_dir)
         return cls(load_model(model_dir, device=device), load_tokenizers(model_dir), **kwargs)
-
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
 
     def continuous(self, *, nbest: int | None = None, **overrides) -> "ContinuousTranslation | None":
         """A continuous-batching session with these settings (`aiayn.decoding.continuous`), or None

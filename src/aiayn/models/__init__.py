@@ -69,15 +69,16 @@ def is_model_dir(directory: str | Path) -> bool:
 
 
 def load_model(directory: str | Path, device: str | torch.device = "cpu") -> PretrainedModel:
-    """Config and weights of a model directory, in eval mode on `device`. The caller's random state is
-    left as it was (the weights the model is built with are drawn and then replaced)."""
+    """Config and weights of a model directory, in eval mode on `device`. The model is built on the meta
+    device (no random weights drawn: the caller's random state is left as it was) and takes the file's
+    tensors as its own, memory-mapped (`PretrainedModel.assign_weights`)."""
     weights = Path(directory) / WEIGHTS_FILE
     model_type, config = read_config(directory)
     if not weights.is_file():
         raise FileNotFoundError(f"{weights}: not found; is {directory} a model directory?")
-    with torch.random.fork_rng(devices=[]):
+    with torch.device("meta"):
         model = build_model(model_type, config)
-    model.load_weights(weights, device)
+    model.assign_weights(weights, device)
     return model.to(device).eval()
 
 

@@ -128,6 +128,37 @@ class PretrainedModel(nn.Module):
         try:
             load_model(self, str(path), device=str(device))
         except Exception as e:  # safetensors raises several types for truncated/corrupt/mismatched files
-            lines = [line.strip() for line in str(e).splitlines() if line.strip()]  # torch lists every mismatch
-            more = f"; and {len(lines) - 2} more" if len(lines) > 2 else ""
-            raise ValueError(f"{path}: cannot load weights ({' '.join(lines[:2])}{more})") from e
+            raise ValueError(f"{path}: cannot load weights ({_first_lines(e)})") from e
+
+    def assign_weights(self, path: str | Path, device: str | torch.device = "cpu") -> None:
+        """Make the tensors of model.safetensors this model's own, for a model built on the meta device
+        (`aiayn.models.load_model`): on the CPU they are views of the file, memory-mapped (copy on write),
+        so nothing is read twice and pages are read as they are used. A tied matrix is in the file once,
+        under one of its names. Errors name the file."""
+        from safetensors import safe_open
+
+        try:
+            with safe_open(str(path), "pt", device=str(device)) as f:
+                state = {name: f.get_tensor(name) for name in f.keys()}
+            missing, unexpected = self.load_state_dict(state, strict=False, assign=True)
+        except Exception as e:  # truncated or corrupt files, shape mismatches
+            raise ValueError(f"{path}: cannot load weights ({_first_lines(e)})") from e
+        untied = [name for name in missing if not (set(_tied_names(self)[name]) & set(state))]
+        if untied or unexpected:
+            raise ValueError(f"{path}: cannot load weights (missing: {', '.join(untied) or 'none'}; "
+                             f"unexpected: {', '.join(unexpected) or 'none'})")
+
+
+def _tied_names(model: nn.Module) -> dict[str, list[str]]:
+    """Each state-dict name -> every name of the same tensor (itself included)."""
+    groups: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(name)
+    return {name: names for names in groups.values() for name in names}
+
+
+def _first_lines(e: Exception) -> str:
+    """An error's first two lines (torch lists every mismatch), and how many more there were."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    more = f"; and {len(lines) - 2} more" if len(lines) > 2 else ""
+    return " ".join(lines[:2]) + more

@@ -1,26 +1,22 @@
 """`FastDecoder`: the Transformer's decoding interface with a faster one-token step, for inference.
 
-At small batch sizes a decoding step is a few dozen tiny matrix-vector products, and the
-time goes to per-op overhead and to the weight layout: a (1, D) x (D, out) product with
-the weight stored (D, out) contiguous runs faster on CPU BLAS than `F.linear`'s transposed
-(out, D) weight. `FastDecoder` therefore keeps transposed, contiguous copies of the decoder
-weights and runs the step as plain `torch.addmm` / `layer_norm` /
-attention calls on 2-D (N, D) activations, without module calls,
-dropout no-ops, mask building or host syncs (the cross-attention masks are built once per
-source, in the `KVCache`). The math is that of `aiayn.modules.layers.DecoderLayer` (post- or
-pre-norm, the FFN's activation, the final logits bias); it reads and extends the same `KVCache`, and the tests check its
-logits against `Transformer.step` at every step.
+At small batch sizes a decoding step is a few dozen small matrix products, and the time goes to
+per-op overhead and to the weight layout. `FastDecoder` runs the step as plain `addmm` /
+`layer_norm` / attention calls on 2-D (N, D) activations, without module calls, dropout no-ops,
+mask building or host syncs (the cross-attention masks are built once per source, in the
+`KVCache`), each product in the layout CPU BLAS runs fastest for its row count (`_affine`). The math
+is that of `aiayn.modules.layers.DecoderLayer` (post- or pre-norm, the FFN's activation, the final
+logits bias); it reads and extends the same `KVCache`, and the tests check its logits against
+`Transformer.step` at every step.
 
-It is an explicit object, not a hidden memo: `Transformer.fast_decoder()` builds one (a
-`Translator` builds one when it is made, and `Translator.refresh()` rebuilds it after the
-weights change). It is a snapshot: at build time it copies every tensor it will read (a
-frozen copy of the whole model, for `start`, `attention`, embeddings, positions, norms,
-biases and copy attention, plus transposed copies of the decoder's weight matrices), so a
-later weight update, in place or not, never reaches it, and it never mixes old and new
-weights: rebuilding it (`Translator.refresh()`) is the only way to see new weights. The
-copies are made once, at build time (they cost one more copy of the model's weights, plus
-the transposed matrices); a step copies nothing. All per-call state is in the `KVCache`, so
-one `FastDecoder` serves concurrent calls.
+Memory: it copies no weight it can read as it is. In fp32 it reads the model's own tensors; in bf16
+it holds bf16 copies of the decoder's matrices and the output projection (the rest is the model's);
+in int8 it holds int8 copies of every matrix (the encoder's, the decoder's, the embeddings and the
+output projection: about a quarter of the model's fp32 size) and keeps no reference to the model, so
+the fp32 weights can be freed (a `Translator` in int8 lets them go). Weights changed after it was
+built (in place, as an optimizer does, or replaced) are refused at the next `start`: rebuild it
+(`model.fast_decoder()`, `Translator.refresh()`); it never mixes old and new weights. All per-call
+state is in the `KVCache`, so one `FastDecoder` serves concurrent calls.
 
 It also decodes in lower precision (`precision`, see the class doc): bf16 where the CPU or GPU
 multiplies bf16 natively, and int8 weights with dynamically quantized activations on the CPU
@@ -32,20 +28,23 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
+from aiayn.config import PAD_ID
 from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
-from aiayn.modules.quantized import Int8Linear, quantize_linears_
+from aiayn.modules.quantized import Int8Embeddings, Int8Linear
 from aiayn.runtime import no_cudnn_attention
 
 PRECISIONS = ("fp32", "bf16", "int8")
+MANY_ROWS = 16  # from this many rows on, a product runs as (W xᵀ)ᵀ on the CPU (`_affine`)
 
 
 Linear = Callable[[Tensor], Tensor]  # (N, in) -> (N, out)
@@ -57,31 +56,34 @@ class _Layer:
     qkv: Linear  # (N, D) -> (N, 3D): the self-attention's in_proj
     sa_out: Linear
     ca_norm: tuple[Tensor, Tensor]
-    q: Linear  # the cross-attention's query projection (its keys/values are in the cache)
+    q: Linear  # the cross-attention's query projection
+    kv: Linear  # its key/value projection, run once per source (`start`)
     ca_out: Linear
     ff_norm: tuple[Tensor, Tensor]
     ff1: Linear  # (N, D) -> (N, F)
     ff2: Linear  # (N, F) -> (N, D)
 
 
-def _linear(weight: Tensor, bias: Tensor, precision: str) -> Linear:
-    """y = x W^T + b as one call; y may be a transposed view (callers reshape, never view).
-    fp32: one row as x (D, out) with W stored transposed, the layout `addmm` reads fastest for a
-    vector; more rows as (W x^T)^T, where the BLAS packs the small x^T rather than the whole weight
-    at every call (`benchmarks/beam_profile.py` before and after, docs/history/results-2026-11.md: a beam-4 step
-    3.14 -> 2.73 ms at batch 1). bf16 casts x to bf16 and returns bf16. int8: `Int8Linear`."""
+def _affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
+    """x (N, in) Wᵀ + b with W (out, in) as stored; the result may be a transposed view (callers reshape,
+    never view). Few rows as `F.linear`; from MANY_ROWS rows on the CPU as (W xᵀ)ᵀ, where the BLAS
+    packs the small xᵀ rather than the whole weight at every call (`benchmarks/beam_profile.py`)."""
+    if x.shape[0] < MANY_ROWS or x.device.type != "cpu":
+        return F.linear(x, w, b)
+    if b is None:
+        return torch.mm(w, x.t()).t()
+    return torch.addmm(b[:, None], w, x.t()).t()  # (out, N) -> (N, out) view
+
+
+def _linear(weight: Tensor, bias: Tensor | None, precision: str) -> Linear:
+    """y = x Wᵀ + b as one call. fp32 reads `weight` and `bias` as they are (the model's own tensors);
+    bf16 casts x to bf16 and multiplies a bf16 copy, returning bf16; int8 is `Int8Linear`."""
     if precision == "int8":
         return Int8Linear(weight, bias).forward
     if precision == "bf16":
-        wt, b = weight.t().contiguous().bfloat16(), bias.bfloat16()  # (in, out), (out,)
-        return lambda x: torch.addmm(b, x.to(torch.bfloat16), wt)
-    wt, w, b_col = weight.t().contiguous(), weight.contiguous(), bias[:, None].contiguous()  # (in, out), (out, in)
-
-    def fp32(x: Tensor) -> Tensor:
-        if x.shape[0] == 1 or x.device.type != "cpu":
-            return torch.addmm(bias, x, wt)
-        return torch.addmm(b_col, w, x.t()).t()  # (out, N) -> (N, out) view
-    return fp32
+        w, b = weight.bfloat16(), None if bias is None else bias.bfloat16()
+        return lambda x: _affine(x.to(torch.bfloat16), w, b)
+    return lambda x: _affine(x, weight, bias)
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
@@ -107,8 +109,7 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def _layer(layer, precision: str) -> _Layer:
-    """The step's view of one layer of the frozen snapshot: its norms as they are, its linear
-    layers as `_linear` calls."""
+    """The step's view of one decoder layer: its norms as they are, its linear layers as `_linear` calls."""
     D = layer.self_attn.d_model
     sa, ca = layer.self_attn, layer.cross_attn
     norm = lambda n: (n.weight, n.bias)  # noqa: E731
@@ -116,47 +117,45 @@ def _layer(layer, precision: str) -> _Layer:
     return _Layer(
         norm(layer.sa_conn.norm), lin(sa.in_proj.weight, sa.in_proj.bias), lin(sa.out_proj.weight, sa.out_proj.bias),
         norm(layer.ca_conn.norm), lin(ca.in_proj.weight[:D], ca.in_proj.bias[:D]),
-        lin(ca.out_proj.weight, ca.out_proj.bias),
+        lin(ca.in_proj.weight[D:], ca.in_proj.bias[D:]), lin(ca.out_proj.weight, ca.out_proj.bias),
         norm(layer.ff_conn.norm), lin(layer.ff.linear1.weight, layer.ff.linear1.bias),
         lin(layer.ff.linear2.weight, layer.ff.linear2.bias),
     )
 
 
 class _Output:
-    """The pre-softmax projection (N, D) -> logits (N, V), no bias. In fp32, few rows run as
-    (W x^T)^T: with x^T the small operand, the BLAS packs x instead of the whole (D, V) weight at
-    every call (the same layout as `_linear`'s; kept apart because the output is read by rows, and
-    at 128 rows the plain product measured faster than the transposed one plus its copy)."""
+    """The pre-softmax projection (N, D) -> logits (N, V), no bias. In fp32 and bf16, from 2 to
+    FEW_ROWS rows on the CPU as (W xᵀ)ᵀ, copied to rows (the output is read by rows: at 128 rows the
+    plain product measured faster than the transposed one plus its copy)."""
 
     FEW_ROWS = 64
 
-    def __init__(self, weight: Tensor, bias: Tensor | None, precision: str):  # weight (V, D), bias (V,) or None
-        self.precision, self.bias = precision, bias
-        if precision == "int8":
-            self.int8 = Int8Linear(weight, bias).forward
-        dtype = torch.bfloat16 if precision == "bf16" else weight.dtype
-        self.w = weight.contiguous().to(dtype)  # (V, D)
-        self.wt = weight.t().contiguous().to(dtype)  # (D, V)
+    def __init__(self, weight: Tensor, precision: str):  # weight (V, D): the model's, or the tied embedding
+        self.int8 = Int8Linear(weight, None) if precision == "int8" else None
+        self.w = weight.bfloat16() if precision == "bf16" else weight  # (V, D)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.precision == "int8":
+        if self.int8 is not None:
             return self.int8(x)
-        x = x.to(self.wt.dtype)
+        x = x.to(self.w.dtype)
         if 1 < x.shape[0] <= self.FEW_ROWS and x.device.type == "cpu":
-            logits = torch.mm(self.w, x.t()).t().contiguous()  # (V, N) -> (N, V)
-        else:
-            logits = x @ self.wt
-        return logits if self.bias is None else logits.add_(self.bias)  # the final logits bias (Marian)
+            return torch.mm(self.w, x.t()).t().contiguous()  # (V, N) -> (N, V)
+        return F.linear(x, self.w)
 
 
-def _snapshot(model, precision: str):
-    """A frozen copy of `model`: copies of all its parameters and buffers, none requiring grad;
-    with int8, its encoder's linear layers quantized (`quantize_linears_`).
-    (`deepcopy`, not a rebuild from the config: building would draw from the global RNG.)"""
-    snapshot = copy.deepcopy(model).requires_grad_(False)
-    if precision == "int8":
-        quantize_linears_(snapshot.encoder)
-    return snapshot
+def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings) -> nn.Module:
+    """A copy of `encoder` with its token embeddings `embeddings` and every `nn.Linear` an `Int8Linear`.
+    Each replacement goes into deepcopy's memo, so no fp32 matrix is ever copied (only norms and tables)."""
+    memo = {id(encoder.embed): embeddings}
+    memo.update({id(m): Int8Linear.from_linear(m) for m in encoder.modules() if type(m) is nn.Linear})
+    return copy.deepcopy(encoder, memo).requires_grad_(False)
+
+
+def _signature(model) -> list[tuple[int, int, int]]:
+    """What tells a model's weights apart from those a FastDecoder was built with: each parameter's
+    identity, storage and version (bumped by every in-place update, an optimizer's step included; a
+    tensor made under `torch.inference_mode` has no version: its identity and storage only)."""
+    return [(id(p), p.data_ptr(), -1 if p.is_inference() else p._version) for p in model.parameters()]
 
 
 class FastDecoder:
@@ -165,42 +164,57 @@ class FastDecoder:
 
     Its step also takes rows at different positions (`KVCache.start`, continuous batching).
 
-    It decodes with the weights `model` had when it was built (a snapshot, see the module doc):
-    after the weights change it keeps giving the old model's outputs until it is rebuilt
-    (`model.fast_decoder()`, `Translator.refresh()`).
+    It decodes with the weights `model` had when it was built: if they change, `start` refuses
+    (ValueError) until it is rebuilt (`model.fast_decoder()`, `Translator.refresh()`).
 
-    `precision`: "fp32" (the model's own math); "bf16": the linear layers multiply in bf16 (the
-    residual stream, norms and softmax stay fp32; the encoder runs under bf16 autocast, and the
-    keys/values are cached in bf16); "int8": the linear layers of the encoder and decoder and the
-    output projection multiply int8 weights by dynamically quantized activations (`Int8Linear`);
-    the cross-attention key/value projections and copy attention stay fp32."""
+    `precision`: "fp32" (the model's own math and tensors); "bf16": the linear layers multiply in bf16
+    (the residual stream, norms and softmax stay fp32; the encoder runs under bf16 autocast, and the
+    keys/values are cached in bf16); "int8": every linear layer of the encoder and decoder, the
+    cross-attention's key/value projections and the output projection multiply int8 weights by
+    dynamically quantized activations (`Int8Linear`), and the token embeddings are the int8 rows of
+    the same matrices; the norms, positions and copy attention stay fp32."""
 
     ragged_steps = True
 
+    @torch.no_grad()
     def __init__(self, model, precision: str = "fp32"):
         _check_supported(model)
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if precision == "int8" and next(model.parameters()).device.type != "cpu":
             raise ValueError("int8 decoding runs on the CPU (FBGEMM); use bf16 on a GPU")
-        cfg = model.config
+        cfg, dec = model.config, model.decoder
         self.precision = precision
-        self.model = model = _snapshot(model, precision)  # everything below reads the snapshot, never the live model
         self._device = next(model.parameters()).device
-        self.decoder = model.decoder
+        self._source, self._built_from = weakref.ref(model), _signature(model)
         self.n_heads, self.d_model = cfg.n_heads, cfg.d_model
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
-        self.layers = [_layer(layer, precision) for layer in model.decoder.layers]
-        final = model.decoder.final_norm
-        self.final_norm = None if final is None else (final.weight, final.bias)
+        self.max_output_length, self.max_input_length = model.max_output_length, model.max_input_length
+        self.layers = [_layer(layer, precision) for layer in dec.layers]
+        self.final_norm = None if dec.final_norm is None else (dec.final_norm.weight, dec.final_norm.bias)
+        self.logits_bias, self.copy, self.positions = model.logits_bias, model.copy, dec.positions
         self.act = ACTIVATION_FUNCTIONS[cfg.activation]  # the FFN's: ReLU in the paper
-        out = model.decoder.embed.weight if model.output_proj is None else model.output_proj.weight
-        self.output = _Output(out, model.logits_bias, precision)  # (N, D) -> (N, V)
+        out = dec.embed.weight if model.output_proj is None else model.output_proj.weight
+        self.output = _Output(out, precision)  # (N, D) -> (N, V)
+        self.model = None if precision == "int8" else model  # fp32 and bf16 read the rest of the live model
+        self.encoder, self.embed = model.encoder, dec.embed
+        if precision == "int8":  # int8 rows of the same matrices: the output's when tied, else their own
+            tied = self.output.int8 if model.output_proj is None else Int8Linear(dec.embed.weight, None)
+            self.embed = Int8Embeddings(tied, dec.embed.scale)
+            src_embed = self.embed if model.encoder.embed is dec.embed else Int8Embeddings(
+                Int8Linear(model.encoder.embed.weight, None), model.encoder.embed.scale)
+            self.encoder = _int8_encoder(model.encoder, src_embed)
 
-    # -- the decoding interface: everything but `step` is the model's own ------------------
+    # -- the decoding interface ------------------------------------------------------------
+    def _check_current(self) -> None:
+        model = self._source()
+        if model is not None and _signature(model) != self._built_from:
+            raise ValueError("the model's weights changed after its FastDecoder was built: rebuild it "
+                             "(model.fast_decoder(), Translator.refresh()) to decode with them")
+
     @contextlib.contextmanager
     def _autocast(self):
-        """bf16: the model's own passes (the encoder, attention pictures) under bf16 autocast, with `_kernels`."""
+        """bf16: the encoder (and attention pictures) under bf16 autocast, with `_kernels`."""
         if self.precision != "bf16":
             yield
             return
@@ -212,22 +226,26 @@ class FastDecoder:
         decoding step brings one (`runtime.no_cudnn_attention`)."""
         return no_cudnn_attention(self._device) if self.precision == "bf16" else contextlib.nullcontext()
 
+    @torch.no_grad()
     def start(self, src: Tensor, capacity: int = 64) -> KVCache:
+        """Encode src (B, S) and return the decoding state: each layer's cross-attention keys and
+        values (B, H, S, Dh), contiguous (read as (B·H, S, Dh) views), as `Transformer.start` does."""
+        self._check_current()
         with self._autocast():
-            cache = self.model.start(src, capacity)
-        cache.cross_k = [k.contiguous() for k in cache.cross_k]  # (n, H, S, Dh): read as (n·H, S, Dh) views
-        cache.cross_v = [v.contiguous() for v in cache.cross_v]
-        return cache
-
-    @property
-    def max_output_length(self) -> int | None:
-        return self.model.max_output_length
-
-    @property
-    def max_input_length(self) -> int:
-        return self.model.max_input_length
+            memory, src_mask, _, _ = self.encoder(src, masks.padding_mask(src, PAD_ID))  # (B, S, D), (B, S)
+            B, S, D = memory.shape
+            cross = []
+            for p in self.layers:
+                kv = p.kv(memory.reshape(B * S, D)).reshape(B, S, 2, self.n_heads, D // self.n_heads)
+                cross.append(tuple(t.transpose(1, 2).contiguous() for t in kv.unbind(2)))  # 2 x (B, H, S, Dh)
+            copy_source = None if self.copy is None else (self.copy.project_keys(memory), src)
+        return KVCache(cross, src_mask, capacity, copy_source)
 
     def attention(self, src: Tensor, tgt_in: Tensor):
+        if self.model is None:
+            raise ValueError("an int8 decoder keeps no fp32 weights to draw attention with: load the model "
+                             "without int8 quantization for attention pictures")
+        self._check_current()
         with self._autocast():
             return self.model.attention(src, tgt_in)
 
@@ -235,8 +253,8 @@ class FastDecoder:
         """(1, D) for the usual cache, (N, D) when rows are at different positions (`KVCache.start`)."""
         rows = cache.positions()
         if rows is None:
-            return self.decoder.positions(1, start=cache.length)
-        return self.decoder.positions(cache.length + 1)[rows]
+            return self.positions(1, start=cache.length)
+        return self.positions(cache.length + 1)[rows]
 
     def _norm(self, x: Tensor, wb: tuple[Tensor, Tensor]) -> Tensor:
         return F.layer_norm(x, (self.d_model,), wb[0], wb[1], self.eps)
@@ -249,8 +267,7 @@ class FastDecoder:
 
     def _step(self, tokens: Tensor, cache: KVCache) -> Tensor:
         N, H, D = tokens.shape[0], self.n_heads, self.d_model
-        dec = self.decoder
-        x = dec.embed(tokens) + self._positions(cache)  # (N, D) fp32: the residual stream
+        x = self.embed(tokens) + self._positions(cache)  # (N, D) fp32: the residual stream
         self_mask = cache.self_mask()  # (N, 1, 1, P+1) or None: rows that joined later see only their own
         cross_mask, has_key = cache.cross_mask, cache.has_source  # (n, 1, 1, S), (n, 1, 1, 1) or None
         if has_key is not None:
@@ -278,9 +295,11 @@ class FastDecoder:
         if self.final_norm is not None:
             x = self._norm(x, self.final_norm)
         logits = self.output(x)  # (N, V)
-        if self.model.copy is None:
+        if self.logits_bias is not None:
+            logits = logits.add_(self.logits_bias)  # the final logits bias (Marian), in the logits' dtype
+        if self.copy is None:
             return logits
-        return self.model.copy(x[:, None], logits.float()[:, None], cache)[:, 0]
+        return self.copy(x[:, None], logits.float()[:, None], cache)[:, 0]
 
 
 def _check_supported(model) -> None:

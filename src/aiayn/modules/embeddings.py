@@ -36,10 +36,11 @@ def sinusoid_table(length: int, d_model: int, start: int = 0, layout: str = "int
     PE(pos, ⌈d/2⌉ + i) = cos(...) (Marian's and CTranslate2's layout).
     Returns (length, d_model) in float32 for positions start .. start + length - 1.
     """
-    pos = torch.arange(start, start + length, dtype=torch.float64)[:, None]  # (T, 1)
-    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (D/2,)
+    cpu = torch.device("cpu")  # also while a model is built on the meta device (`aiayn.models.load_model`)
+    pos = torch.arange(start, start + length, dtype=torch.float64, device=cpu)[:, None]  # (T, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device=cpu) / d_model)  # (D/2,)
     angles = pos * inv_freq  # (T, D/2)
-    table = torch.zeros(length, d_model, dtype=torch.float64)
+    table = torch.zeros(length, d_model, dtype=torch.float64, device=cpu)
     if layout == "halves":
         half = angles.shape[1]  # ⌈D/2⌉
         table[:, :half] = torch.sin(angles)

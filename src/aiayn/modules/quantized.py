@@ -50,6 +50,13 @@ class Int8Linear(nn.Module):
         """(out, in) float32: the weight this layer multiplies by, sw · qw (the reference in tests)."""
         return self.qweight_t.t().float() * self.scale[:, None]
 
+    def dequantized_rows(self, rows: Tensor) -> Tensor:
+        """rows (...,) long -> (..., in) float32: those rows of the dequantized weight (a tied
+        output projection's rows are the token embeddings)."""
+        flat = rows.reshape(-1)
+        picked = self.qweight_t.index_select(1, flat).t().float()  # (M, in)
+        return picked.mul_(self.scale[flat, None]).view(*rows.shape, self.in_features)
+
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
@@ -61,11 +68,13 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def quantize_linears_(module: nn.Module) -> nn.Module:
-    """Replace every `nn.Linear` inside `module` by an `Int8Linear`, in place; returns `module`."""
-    for name, child in module.named_children():
-        if type(child) is nn.Linear:
-            setattr(module, name, Int8Linear.from_linear(child))
-        else:
-            quantize_linears_(child)
-    return module
+class Int8Embeddings(nn.Module):
+    """`aiayn.modules.embeddings.Embeddings` with its table the rows of an `Int8Linear`'s weight:
+    (B, T) long -> (B, T, D) float32, times `scale` (sqrt(d_model) where the model scales)."""
+
+    def __init__(self, table: Int8Linear, scale: float):
+        super().__init__()
+        self.table, self.scale = table, scale
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.table.dequantized_rows(tokens).mul_(self.scale)

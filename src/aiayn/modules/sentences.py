@@ -33,7 +33,7 @@ class SentencePooling(nn.Module):
         if not ends:
             raise ValueError("source_units = 'sentences' needs sentence_ends, the ids of the tokens that end a "
                              "sentence (the qa task sets them from its vocabulary)")
-        self.register_buffer("ends", torch.tensor(sorted(ends)), persistent=False)
+        self.register_buffer("ends", torch.tensor(sorted(ends), device="cpu"), persistent=False)  # also on meta
 
     def forward(self, x: Tensor, src: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
         """x: (B, S, D) embedded ids `src` (B, S); real: (B, S) bool, True at non-pad tokens."""
