@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import typing
 from dataclasses import dataclass
@@ -333,10 +334,18 @@ def check_types(cls: type, data: Mapping[str, Any], prefix: str = "") -> None:
     """Each value of `data` must have the type its field of dataclass `cls` declares: ints
     are not floats (10.5 is no update count), bools are true/false only, strings are strings.
     A float field takes an int. The error names the key (`prefix` + name) and the type."""
-    hints = typing.get_type_hints(cls)
+    hints = _field_types(cls)
     for key, value in data.items():
         if key in hints and not _is_instance(value, hints[key]):
             raise ConfigError(f"{prefix}{key} must be {_type_name(hints[key])}, got {value!r}")
+
+
+@functools.cache
+def _field_types(cls: type) -> Mapping[str, Any]:
+    """{field: its declared type} of dataclass `cls`, resolved once: `typing.get_type_hints` is most
+    of what building a config costs."""
+    hints = typing.get_type_hints(cls)
+    return MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(cls)})
 
 
 def _is_instance(value: Any, hint: Any) -> bool:
