@@ -61,6 +61,12 @@ def check(cond: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def check_sizes(config: Any, *names: str) -> None:
+    """The fields `names` of `config` (sizes and counts) are at least 1."""
+    for name in names:
+        check(getattr(config, name) >= 1, f"{name} must be at least 1, got {getattr(config, name)}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RecurrenceOptions:
     """The Universal Transformer's options (Dehghani et al., 2019, §2), shared by the encoder-decoder
@@ -122,8 +128,7 @@ class LayerOptions:
     def check_layers(self) -> None:
         """Sizes of at least 1 that the heads divide, dropout rates in [0, 1), a known attention score,
         activation and position kind, a finite positive layer-norm ε."""
-        for name in ("d_model", "n_heads", "d_ff", "max_positions"):
-            check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
+        check_sizes(self, "d_model", "n_heads", "d_ff", "max_positions")
         check(self.d_model % self.n_heads == 0, f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             p = getattr(self, name)
@@ -165,8 +170,7 @@ class TransformerConfig(RecurrenceOptions, LayerOptions):
         self._validate()
 
     def _validate(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers"):
-            check(getattr(self, name) >= 1, f"{name} must be at least 1, got {getattr(self, name)}")
+        check_sizes(self, "src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers")
         self.check_layers()
         check(self.source_positions in ("start", "end"),
                f"source_positions must be 'start' or 'end', got {self.source_positions!r}")
@@ -252,7 +256,7 @@ class OptimConfig:
                f"betas must be two numbers in [0, 1), got {self.betas}")
         object.__setattr__(self, "betas", tuple(self.betas))
         check(0 < self.eps < math.inf, f"eps must be a finite number > 0, got {self.eps}")
-        check(self.warmup_steps >= 1, f"warmup_steps must be at least 1, got {self.warmup_steps}")
+        check_sizes(self, "warmup_steps")
         check(0 < self.lr_factor < math.inf, f"lr_factor must be a finite number > 0, got {self.lr_factor}")
         check(self.clip_norm >= 0, f"clip_norm must be >= 0, got {self.clip_norm}")  # inf: no clipping, as 0
         check(0 <= self.weight_decay < math.inf, f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
@@ -279,7 +283,7 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         check_types(type(self), vars(self))
         check(self.method in DECODE_METHODS, f"method must be one of {', '.join(DECODE_METHODS)}, got {self.method!r}")
-        check(self.beam_size >= 1, f"beam_size must be at least 1, got {self.beam_size}")
+        check_sizes(self, "beam_size")
         check(0 <= self.length_penalty < math.inf, f"length_penalty must be a finite number >= 0, got {self.length_penalty}")
         check(self.length_penalty_form in LENGTH_PENALTY_FORMS,
                f"length_penalty_form must be one of {', '.join(LENGTH_PENALTY_FORMS)}, got {self.length_penalty_form!r}")
