@@ -54,7 +54,7 @@ from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.models import load_model
 from aiayn.models.transformer import Transformer
-from aiayn.runtime import native_bf16
+from aiayn.runtime import flush_denormals, native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB, SRC_LEN, OUT_LEN, BEAM = 8000, 30, 40, 4
@@ -287,6 +287,7 @@ def _serve_peer(conn, name: str, model_path: Path, options: dict) -> None:
     """A peer's process: load the model and the peer (timed, with the resident memory it took), then
     time one decode per request (beam, batch) -> (seconds, 1-best tokens, peak MB gained), until None."""
     torch.set_num_threads(options["threads"])
+    flush_denormals()  # as aiayn's commands do, before torch's first parallel op
     before = memory_mb("VmRSS")
     start = time.perf_counter()
     try:

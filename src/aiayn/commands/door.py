@@ -97,8 +97,10 @@ def load(args, own_command: bool = False, **options):
     if own_command and fits != command:
         hint = f"use `aiayn {fits}`" if fits else "it has no inference command"
         raise ValueError(f"{args.model}: a {task} model, which `aiayn {command}` does not run; {hint}")
+    from aiayn.runtime import flush_denormals
     from aiayn.tasks import load_pipeline
 
+    flush_denormals()  # before torch's first parallel op: see its docstring
     return load_pipeline(args.model, device=device(args, options.get("quantize")), **options)
 
 

@@ -61,9 +61,11 @@ def run(args) -> int:
         from aiayn.runtime import MissingExtra
 
         raise MissingExtra("aiayn serve needs the serve extra: pip install 'aiayn[serve]'")
+    from aiayn.runtime import flush_denormals
     from aiayn.serve.app import serve
-
     from aiayn.serve.keys import read_api_keys
+
+    flush_denormals()  # before torch's first parallel op: see its docstring
 
     batching = BatchConfig(args.max_batch, args.max_wait_ms, args.max_queue, args.timeout, args.worker)
     keys = tuple(read_api_keys(args.api_keys).items()) if args.api_keys else ()

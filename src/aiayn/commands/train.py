@@ -51,10 +51,11 @@ def progress_bar(cfg):
 def run(args) -> int:
     import time
 
-    from aiayn.runtime import bound_onednn_caches, keep_freed_memory
+    from aiayn.runtime import bound_onednn_caches, flush_denormals, keep_freed_memory
 
     keep_freed_memory()  # before the first large tensor: see its docstring
     bound_onednn_caches()  # before the first bf16 matmul: see its docstring
+    flush_denormals()  # before torch's first parallel op: see its docstring
     from aiayn.training.config import load_config, string_override
     from aiayn.training.pipeline import evaluate_test, resume_config, train
     from aiayn.training.trainer import TrainingDiverged

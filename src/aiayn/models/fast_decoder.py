@@ -41,7 +41,7 @@ from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
 from aiayn.modules.quantized import Int8Embeddings, Int8Linear
-from aiayn.runtime import no_cudnn_attention
+from aiayn.runtime import flush_denormals, no_cudnn_attention
 
 PRECISIONS = ("fp32", "bf16", "int8")
 MANY_ROWS = 16  # from this many rows on, a product runs as (W xᵀ)ᵀ on the CPU (`_affine`)
@@ -229,7 +229,10 @@ class FastDecoder:
     @torch.no_grad()
     def start(self, src: Tensor, capacity: int = 64) -> KVCache:
         """Encode src (B, S) and return the decoding state: each layer's cross-attention keys and
-        values (B, H, S, Dh), contiguous (read as (B·H, S, Dh) views), as `Transformer.start` does."""
+        values (B, H, S, Dh), contiguous (read as (B·H, S, Dh) views), as `Transformer.start` does.
+
+        The decoding thread flushes denormal floats to zero from here on (`runtime.flush_denormals`)."""
+        flush_denormals()
         self._check_current()
         with self._autocast():
             memory, src_mask, _, _ = self.encoder(src, masks.padding_mask(src, PAD_ID))  # (B, S, D), (B, S)
@@ -262,6 +265,7 @@ class FastDecoder:
     @torch.inference_mode()
     def step(self, tokens: Tensor, cache: KVCache) -> Tensor:
         """tokens (N,), each row's last token -> logits (N, V); appends one position to `cache`."""
+        flush_denormals()  # see `start`
         with self._kernels():
             return self._step(tokens, cache)
 
