@@ -337,3 +337,16 @@ def test_a_precision_beside_int8_is_refused_not_dropped(precision, quantize, cho
             arithmetic(precision, quantize)
     else:
         assert arithmetic(precision, quantize) == chosen
+
+
+def test_an_int8_translator_keeps_no_fp32_model_and_says_what_it_cannot_do(model_dir):
+    """Its decoder holds int8 copies of every weight it reads: the fp32 model is let go, so there is
+    nothing to refresh from and no fp32 attention to draw; each is a clear error, not an AttributeError."""
+    from aiayn.tasks import load_pipeline
+
+    tr = Translator.from_pretrained(model_dir, quantize="int8")
+    assert tr.model is None and tr.translate(["a b c"], method="greedy") == tr.translate(["a b c"], method="greedy")
+    with pytest.raises(ValueError, match="keeps only its int8 weights"):
+        tr.refresh()
+    with pytest.raises(ValueError, match="attention weights need the model's fp32 weights"):
+        load_pipeline(model_dir, quantize="int8").attention("a b c")

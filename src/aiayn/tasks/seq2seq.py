@@ -412,7 +412,15 @@ class TextPipeline(Pipeline):
         if len(ids) < 2:
             raise ValueError("the sentence to translate is empty")
         a = tr.decode.max_len_a if max_len_a is None else max_len_a
-        return attention_maps(tr.model, tr.tokenizers, ids, a, tr.decode.max_len_b if max_len_b is None else max_len_b)
+        return attention_maps(fp32_model(tr), tr.tokenizers, ids, a, tr.decode.max_len_b if max_len_b is None else max_len_b)
+
+
+def fp32_model(translator):
+    """The model whose attention is read: an int8 Translator keeps int8 weights only (`Translator.refresh`)."""
+    if translator.model is None:
+        raise RequestError("attention weights need the model's fp32 weights, and an int8 model keeps only its int8 "
+                           "ones: load it without quantize='int8' (--quantize)", 400)
+    return translator.model
 
 def load_backend(backend: str, model_dir: str | Path, device, info: dict, options: dict):
     """The translator of `model_dir`: aiayn's `Translator` ("native") or, for a directory written by
@@ -441,8 +449,9 @@ def cross_attention(translator, source: str, output: str, decode) -> dict:
     limit did): layers x heads x target x source, with the pieces."""
     tok, device = translator.tokenizers, translator.device
     src = torch.tensor([encode_source(tok.src, source, translator.max_input_tokens, translator.keep)], device=device)
-    out = with_end(translator.model, src, tok.tgt.encode(output), decode.max_len_a, decode.max_len_b)
-    _, _, per_layer = forward_attention(translator.model, src, torch.tensor([[BOS_ID, *out[:-1]]], device=device))
+    model = fp32_model(translator)
+    out = with_end(model, src, tok.tgt.encode(output), decode.max_len_a, decode.max_len_b)
+    _, _, per_layer = forward_attention(model, src, torch.tensor([[BOS_ID, *out[:-1]]], device=device))
     cross = torch.stack([w[0] for w in per_layer]).float().cpu()  # (L, H, T, S)
     return {"weights": [[[[round(x, 4) for x in row] for row in head] for head in layer] for layer in cross.tolist()],
             "source": tok.src.pieces(src[0].tolist()), "target": tok.tgt.pieces(out)}
