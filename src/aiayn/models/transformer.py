@@ -21,7 +21,7 @@ from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.copy_attention import CopyAttention
 from aiayn.modules.dropout import Dropout
-from aiayn.modules.embeddings import Embeddings, positional_encoding
+from aiayn.modules.embeddings import Embeddings, normal_init_, positional_encoding
 from aiayn.modules.layers import DecoderLayer, EncoderLayer
 from aiayn.modules.sentences import SentencePooling
 from aiayn.modules.universal import UniversalDecoder, UniversalEncoder
@@ -165,7 +165,7 @@ class Transformer(PretrainedModel):
         self.decoder = Decoder(cfg, tgt_embed)
         self.output_proj = None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=False)
         if self.output_proj is not None:
-            nn.init.normal_(self.output_proj.weight, std=cfg.d_model**-0.5)
+            normal_init_(self.output_proj.weight, cfg.d_model**-0.5)
         self.copy = CopyAttention(cfg.d_model) if cfg.copy_attention else None
         self.logits_bias = nn.Parameter(torch.zeros(cfg.tgt_vocab_size)) if cfg.logits_bias else None  # (V,)
 

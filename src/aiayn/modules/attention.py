@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from aiayn.modules import masks
 from aiayn.modules.dropout import dropout as _dropout
+from aiayn.modules.embeddings import normal_init_
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -48,7 +49,7 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.d_model, self.dropout, self.score = n_heads, d_model, dropout, score
         if score == "additive":  # the per-head vector w of e = wᵀ tanh(W_q q + W_k k)
             self.additive_w = nn.Parameter(torch.empty(n_heads, d_model // n_heads))
-            nn.init.normal_(self.additive_w, std=(d_model // n_heads) ** -0.5)
+            normal_init_(self.additive_w, (d_model // n_heads) ** -0.5)
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
         nn.init.xavier_uniform_(self.in_proj.weight)

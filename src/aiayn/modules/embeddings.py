@@ -8,6 +8,14 @@ import torch
 from torch import Tensor, nn
 
 
+def normal_init_(weight: Tensor, std: float) -> None:
+    """N(0, std²) in place; nothing on the meta device, where `aiayn.models.load_model` builds a model whose
+    every tensor then comes from its file (torch's meta `normal_` first imports its Python reference ops:
+    a second of a fresh process's load time)."""
+    if not weight.is_meta:
+        nn.init.normal_(weight, mean=0.0, std=std)
+
+
 class Embeddings(nn.Module):
     """Token embedding multiplied by sqrt(d_model) (§3.4; `scale=False` leaves it out).
 
@@ -20,7 +28,7 @@ class Embeddings(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.scale = math.sqrt(d_model) if scale else 1.0
         self.pad_id = pad_id
-        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        normal_init_(self.weight, d_model**-0.5)
         with torch.no_grad():
             self.weight[pad_id].zero_()
 
@@ -74,7 +82,7 @@ class LearnedPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_positions: int):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(max_positions, d_model))
-        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        normal_init_(self.weight, d_model**-0.5)
 
     def forward(self, length: int, start: int = 0) -> Tensor:
         """Encodings for positions start .. start + length - 1: (length, D)."""
