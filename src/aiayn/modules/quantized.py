@@ -36,7 +36,7 @@ class Int8Linear(nn.Module):
         weight = weight.detach().float()
         self.out_features, self.in_features = weight.shape
         q, scale = quantize_rows(weight)  # (out, in), (out, 1)
-        self.register_buffer("qweight_t", q.t().contiguous())  # (in, out): the layout _int_mm reads
+        self.register_buffer("qweight", q)  # (out, in), read by _int_mm as its transpose: the faster layout
         self.register_buffer("scale", scale.view(-1))  # (out,)
         bias = torch.zeros(self.out_features) if bias is None else bias.detach().float()
         self.register_buffer("bias", bias.to(weight.device))
@@ -48,19 +48,19 @@ class Int8Linear(nn.Module):
 
     def dequantized_weight(self) -> Tensor:
         """(out, in) float32: the weight this layer multiplies by, sw · qw (the reference in tests)."""
-        return self.qweight_t.t().float() * self.scale[:, None]
+        return self.qweight.float() * self.scale[:, None]
 
     def dequantized_rows(self, rows: Tensor) -> Tensor:
         """rows (...,) long -> (..., in) float32: those rows of the dequantized weight (a tied
         output projection's rows are the token embeddings)."""
         flat = rows.reshape(-1)
-        picked = self.qweight_t.index_select(1, flat).t().float()  # (M, in)
+        picked = self.qweight.index_select(0, flat).float()  # (M, in)
         return picked.mul_(self.scale[flat, None]).view(*rows.shape, self.in_features)
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        y = torch.mul(torch._int_mm(qx, self.qweight_t), self.scale)  # (M, out): int32 read, float written
+        y = torch.mul(torch._int_mm(qx, self.qweight.t()), self.scale)  # (M, out): int32 read, float written
         y.mul_(sx)  # in place: no third buffer
         return (y.add_(self.bias) if self.has_bias else y).view(*lead, self.out_features)  # (..., out)
 
