@@ -5,6 +5,7 @@ import torch
 
 from aiayn.config import BOS_ID, EOS_ID, PAD_ID, DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, greedy_search, length_penalty
+from aiayn.decoding.beam import top_candidates
 from aiayn.decoding.common import max_output_length
 from aiayn.models.transformer import Transformer
 
@@ -164,3 +165,12 @@ def test_min_len_and_learned_position_limit():
     out = beam_search(model, src, cfg)
     assert all(len(h[0].tokens) == 8 for h in out)  # EOS forbidden; 8 is the table end
     assert all(len(g) == 8 for g in greedy_search(model, src, min_len=20))
+
+
+@pytest.mark.parametrize("shape, n", [((3, 4, 50), 8), ((2, 4, 3), 8), ((1, 1, 7), 2)])
+def test_top_candidates_are_the_best_over_every_beam_and_token(shape, n):
+    """Two stages (each beam's n best, then the best of those) pick what one topk over K·V picks."""
+    cand = torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+    scores, flat = top_candidates(cand, n)
+    want_scores, want_flat = cand.view(shape[0], -1).topk(n, dim=1)
+    assert torch.equal(scores, want_scores) and torch.equal(flat, want_flat)
