@@ -24,13 +24,14 @@ def test_int8_linear_equals_its_dequantized_reference_within_the_activation_step
     assert (w_err <= q.scale[:, None] / 2 + 1e-7).all()  # weights round to the nearest of 255 levels
 
 
-def test_a_row_gives_the_same_result_whatever_shares_its_batch():
+@pytest.mark.parametrize("rows", [3, 20])  # 20: oneDNN's packed weights beside one row's _int_mm
+def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows):
     """Activations are quantized per row: a sentence decodes the same alone or batched."""
     q = Int8Linear.from_linear(nn.Linear(8, 5))
-    x = torch.randn(2, 3, 8)
+    x = torch.randn(2, rows, 8)
     x[0] *= 100  # a neighbour with a far larger range would change a per-batch scale
     y = q(x)
-    assert y.shape == (2, 3, 5)
+    assert y.shape == (2, rows, 5) and (q.packed is not None) == torch.backends.mkldnn.is_available()
     assert torch.equal(y[1, 2], q(x[1, 2][None])[0])
 
 
