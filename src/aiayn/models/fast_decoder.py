@@ -109,10 +109,11 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
 
 
 def _layer(layer, precision: str) -> _Layer:
-    """The step's view of one decoder layer: its norms as they are, its linear layers as `_linear` calls."""
+    """The step's view of one decoder layer: its norms (copies in int8, `_own`), its linear layers as
+    `_linear` calls."""
     D = layer.self_attn.d_model
     sa, ca = layer.self_attn, layer.cross_attn
-    norm = lambda n: (n.weight, n.bias)  # noqa: E731
+    norm = lambda n: (_own(n.weight, precision), _own(n.bias, precision))  # noqa: E731
     lin = lambda w, b: _linear(w, b, precision)  # noqa: E731
     return _Layer(
         norm(layer.sa_conn.norm), lin(sa.in_proj.weight, sa.in_proj.bias), lin(sa.out_proj.weight, sa.out_proj.bias),
@@ -141,6 +142,14 @@ class _Output:
         if 1 < x.shape[0] <= self.FEW_ROWS and x.device.type == "cpu":
             return torch.mm(self.w, x.t()).t().contiguous()  # (V, N) -> (N, V)
         return F.linear(x, self.w)
+
+
+def _own(t, precision: str):
+    """In int8, a copy of the tensor or module `t`: the int8 decoder keeps nothing of the model, whose tensors
+    share one memory-mapped file (`load_model`), so that one kept norm would keep all its pages resident."""
+    if precision != "int8" or t is None:
+        return t
+    return copy.deepcopy(t).requires_grad_(False) if isinstance(t, nn.Module) else t.detach().clone()
 
 
 def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings) -> nn.Module:
@@ -191,8 +200,10 @@ class FastDecoder:
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
         self.max_output_length, self.max_input_length = model.max_output_length, model.max_input_length
         self.layers = [_layer(layer, precision) for layer in dec.layers]
-        self.final_norm = None if dec.final_norm is None else (dec.final_norm.weight, dec.final_norm.bias)
-        self.logits_bias, self.copy, self.positions = model.logits_bias, model.copy, dec.positions
+        final = dec.final_norm
+        self.final_norm = None if final is None else (_own(final.weight, precision), _own(final.bias, precision))
+        self.logits_bias, self.copy, self.positions = (_own(t, precision) for t in (model.logits_bias, model.copy,
+                                                                                    dec.positions))
         self.act = ACTIVATION_FUNCTIONS[cfg.activation]  # the FFN's: ReLU in the paper
         out = dec.embed.weight if model.output_proj is None else model.output_proj.weight
         self.output = _Output(out, precision)  # (N, D) -> (N, V)

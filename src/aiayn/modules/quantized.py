@@ -49,7 +49,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("scale", scale.view(-1))  # (out,)
         self.packed = _prepack(q)  # oneDNN's own layout of the codes, or None (no oneDNN, or not on the CPU)
         self.zero_points = torch.zeros(self.out_features, dtype=torch.long)  # symmetric: all 0 (oneDNN asks)
-        bias = torch.zeros(self.out_features) if bias is None else bias.detach().float()
+        bias = torch.zeros(self.out_features) if bias is None else bias.detach().float().clone()  # its own memory
         self.register_buffer("bias", bias.to(weight.device))
         self.has_bias = bool(bias.any())  # a zero bias (the tied output projection) is not added
 
