@@ -105,7 +105,8 @@ def test_reads_the_models_own_tensors_in_fp32_and_no_fp32_copy_in_int8():
     assert int8.model is None and matrices == []  # the encoder's matrices and embeddings are int8
     linears = [getattr(layer, name).__self__ for layer in int8.layers for name in ("qkv", "q", "kv", "ff2")]
     kept = [t for layer in int8.layers for t in (*layer.sa_norm, *layer.ca_norm, *layer.ff_norm)] + [
-        t for m in (int8.encoder, int8.positions, int8.embed, *linears) for t in (*m.parameters(), *m.buffers())]
+        t for m in (int8.encoder, int8.positions, int8.embed, *linears) for t in (*m.parameters(), *m.buffers())] + [
+        t for t in vars(int8.output).values() if isinstance(t, torch.Tensor)]
     assert not {t.untyped_storage().data_ptr() for t in kept} & storages  # nothing shares the model's memory
 
 

@@ -133,6 +133,8 @@ class _Output:
 
     def __init__(self, weight: Tensor, precision: str):  # weight (V, D): the model's, or the tied embedding
         self.int8 = Int8Linear(weight, None) if precision == "int8" else None
+        if precision == "int8":
+            return
         self.w = weight.bfloat16() if precision == "bf16" else weight  # (V, D)
         self.wt = self.w.t().contiguous() if precision == "bf16" else self.w.t()  # (D, V): bf16's faster layout
 
