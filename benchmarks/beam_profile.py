@@ -33,7 +33,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn.decoding import for_inference
-from aiayn.models import load_model
+from aiayn.models import fast_decoder, load_model
 from aiayn.runtime import flush_denormals
 from _common import emit_json
 from decode_speed import BEAM, SIZES, model_dir, ours, sources
@@ -88,9 +88,14 @@ def main(argv=None) -> int:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "int8"], help="the decoder's arithmetic")
     p.add_argument("--top", type=int, default=0, help="also print the N ops with the most self time")
     p.add_argument("--device", default="cpu", help="cpu or cuda (default: cpu)")
+    p.add_argument("--keep-denormals", action="store_true",
+                   help="compute with denormal floats (FastDecoder flushes them: see runtime.flush_denormals)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    flush_denormals()
+    if args.keep_denormals:  # the decoder as it was before it flushed them
+        fast_decoder.flush_denormals = lambda: None
+    else:
+        flush_denormals()
     size = SIZES[args.size]
     size = type(size)(args.preset, size.vocab, size.out_len) if args.preset else size
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,15 +1,18 @@
 """The candidates for aiayn's int8 (and bf16) linear layers, timed on the shapes of a decoding step.
 
 Each row is one linear layer y = x W^T + b of the `small` preset (d_model 256, d_ff 1024, an
-8000-token vocabulary) at the row counts of decode_speed's cells: 1 (greedy, batch 1), 4 (beam 4,
-batch 1), 32 and 128 (beam 4, batch 32). Microseconds per call (median of --runs blocks of
---calls calls), 2 threads; the ratio columns divide fp32 by each candidate:
+8000-token vocabulary) or, with `--size opus`, of opus-mt's shape (512, 2048, 58,101 ids), at the row
+counts of decode_speed's cells: 1 (greedy, batch 1), 4 (beam 4, batch 1), 32 and 128 (beam 4, batch 32).
+Microseconds per call (median of --runs blocks of --calls calls), 2 threads; the ratio columns divide
+fp32 by each candidate:
 
     fp32        torch.addmm on the weight stored (in, out): aiayn's fp32 path
     bf16        the same in bf16 (native only with avx512_bf16 or AMX)
     fbgemm      torch.ops.quantized.linear_dynamic: FBGEMM's fused dynamic int8 linear, what torch.ao's
                 dynamic quantization runs; activations quantized with one scale for the whole batch
     int8_rows   aiayn's Int8Linear: activations quantized per row, torch._int_mm, rescaled in place
+    int8_packed the same arithmetic on oneDNN's quantized linear with the weights packed once (the
+                same bits; Int8Linear takes it from `quantized.PACKED_ROWS` rows on)
     w8_only     torch._weight_int8pack_mm: int8 weights, fp32 activations (timed up to 4 rows only: at
                 32 rows it was already 20x slower than fp32)
 
@@ -17,7 +20,7 @@ batch 1), 32 and 128 (beam 4, batch 32). Microseconds per call (median of --runs
 the other rows of its batch, which fbgemm's per-batch scale breaks. If torch drops `_int_mm`, the
 same arithmetic is a float matmul of the dequantized codes (slower, identical results).
 
-    .venv/bin/python benchmarks/int8_matmul.py [--runs 5] [--json]
+    .venv/bin/python benchmarks/int8_matmul.py [--size small|opus] [--runs 5] [--json]
 """
 
 from __future__ import annotations
@@ -34,11 +37,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
+from aiayn.modules import quantized  # noqa: E402
 from aiayn.modules.quantized import Int8Linear  # noqa: E402
 
-SHAPES = {"qkv": (256, 768), "ff1": (256, 1024), "ff2": (1024, 256), "output": (256, 8000)}  # (in, out)
+SIZES = {  # (in, out) of each layer
+    "small": {"qkv": (256, 768), "ff1": (256, 1024), "ff2": (1024, 256), "output": (256, 8000)},
+    "opus": {"qkv": (512, 1536), "ff1": (512, 2048), "ff2": (2048, 512), "output": (512, 58101)},
+}
 ROWS = (1, 4, 32, 128)
-CANDIDATES = ("fp32", "bf16", "fbgemm", "int8_rows", "w8_only")
+CANDIDATES = ("fp32", "bf16", "fbgemm", "int8_rows", "int8_packed", "w8_only")
 
 
 def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
@@ -46,19 +53,30 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
     wt = weight.t().contiguous()
     wt16, b16 = wt.bfloat16(), bias.bfloat16()
     rows = Int8Linear(weight, bias)
+    rows.packed = None  # torch._int_mm at every row count
+    packed = Int8Linear(weight, bias)  # oneDNN's packed weights at every row count (PACKED_ROWS set to 1 below)
     scale = (weight.abs().amax(1) / 127).clamp(min=1e-12)
     q = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's quantized tensors are deprecated (see the module doc)
         qw = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros(len(scale), dtype=torch.long), 0)
-        packed = torch.ops.quantized.linear_prepack(qw, bias)
+        fbgemm = torch.ops.quantized.linear_prepack(qw, bias)
     return {
         "fp32": lambda x: torch.addmm(bias, x, wt),
         "bf16": lambda x: torch.addmm(b16, x.bfloat16(), wt16),
-        "fbgemm": lambda x: torch.ops.quantized.linear_dynamic(x, packed, False),
+        "fbgemm": lambda x: torch.ops.quantized.linear_dynamic(x, fbgemm, False),
         "int8_rows": rows,
+        "int8_packed": lambda x: _all_rows_packed(packed, x),
         "w8_only": lambda x: torch._weight_int8pack_mm(x, q, scale) + bias,
     }
+
+
+def _all_rows_packed(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    before, quantized.PACKED_ROWS = quantized.PACKED_ROWS, 1
+    try:
+        return layer(x)
+    finally:
+        quantized.PACKED_ROWS = before
 
 
 def time_us(fn, x: torch.Tensor, runs: int, calls: int) -> float:
@@ -77,12 +95,13 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=5, help="timed blocks per cell; the median is reported")
     p.add_argument("--calls", type=int, default=50, help="calls per block")
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    p.add_argument("--size", choices=list(SIZES), default="small", help="the layers' shapes (default: small)")
     add_common_arguments(p)
     args = p.parse_args(argv)
     threads = set_threads(args.threads if args.threads is not None else 2)
     torch.manual_seed(0)
     table = []
-    for layer, (n_in, n_out) in SHAPES.items():
+    for layer, (n_in, n_out) in SIZES[args.size].items():
         weight, bias = torch.randn(n_out, n_in) * n_in ** -0.5, torch.randn(n_out) * 0.1
         fns = candidates(weight, bias)
         for m in args.rows:

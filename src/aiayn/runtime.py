@@ -135,10 +135,10 @@ def bound_onednn_caches() -> None:
 def flush_denormals() -> None:
     """Flush denormal floats to zero (FTZ/DAZ) in this thread and in every thread it starts from now on:
     torch's OpenMP pool takes the setting when it is made, at the first parallel op, so call it before that.
-    A random opus-mt-shaped Marian (swish FFN) decoded 2.4 target tokens/s in fp32 greedy at batch 1 with
-    denormals, 78 without; 35 -> 181 at batch 32 (`benchmarks/decode_speed.py --size opus`). No value
-    below 1.2e-38 changes a logit that matters. For commands (the process is theirs), not for library
-    code; `FastDecoder` sets it in the thread that decodes."""
+    Values below 1.2e-38 (a swish FFN's outputs for very negative inputs, underflowing exponentials) run
+    through the x86 microcode many times slower, and change no logit that matters
+    (`benchmarks/beam_profile.py --keep-denormals` compares). For commands (the process is theirs), not
+    for library code; `FastDecoder` sets it in the thread that decodes."""
     import torch
 
     torch.set_flush_denormal(True)

@@ -4,12 +4,11 @@ Weights are quantized once per output channel and activations at every call per 
 symmetric: w ≈ sw[o] · qw[o, i] and x ≈ sx[r] · qx[r, i], with q in [-127, 127] and the scale
 max|·| / 127. The int8 x int8 product (int32 accumulation, VNNI or AMX where the CPU has them) runs
 in oneDNN's quantized linear on weights packed once (`torch.ops.onednn.qlinear_pointwise`, with the
-per-channel sw fused) from PACKED_ROWS rows on, else in `torch._int_mm`, which repacks the weight at
-every call but was the faster of the two for a few rows inside a decoding step (greedy at batch 1 on
-opus-mt's shape: 95-107 target tokens/s against 74-84 packed, while beam 4 at batch 32 took 455-513
-packed against 287-303; the 58,101-id output projection alone, 7.0 ms instead of 27 for 128 rows). The
-two give the same bits, so a row's result still depends on that row alone. The result is rescaled by
-sx[r] with the bias added in fp32.
+per-channel sw fused) from PACKED_ROWS rows on and for layers of PACKED_OUT outputs or more (an output
+projection), else in `torch._int_mm`, which repacks the weight at every call but was as fast for a few
+rows of a small layer (`benchmarks/int8_matmul.py --size opus`: opus-mt's 58,101-id output projection
+1.5 ms packed against 2.8 for one row, 3.7 against 8.7 for 32). The two give the same bits, so a row's
+result still depends on that row alone. The result is rescaled by sx[r] with the bias added in fp32.
 
 Per row, as CTranslate2 and torchao's dynamic int8 do: a row's result depends on that row
 alone, so a sentence decodes the same whatever else shares its batch (continuous batching's
@@ -28,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 
-PACKED_ROWS = 16  # from this many rows on, the packed weights (see the module doc)
+PACKED_ROWS, PACKED_OUT = 16, 8192  # from this many rows, or outputs, on: the packed weights (see the module doc)
 
 
 def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -71,7 +70,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        if self.packed is None or qx.shape[0] < PACKED_ROWS:
+        if self.packed is None or (qx.shape[0] < PACKED_ROWS and self.out_features < PACKED_OUT):
             y = torch.mul(torch._int_mm(qx, self.qweight.t()), self.scale)  # (M, out): int32 read, float written
         else:  # (qx qwᵀ) · sw as one call: x_scale 1, zero points 0, float32 out, no fused op
             y = torch.ops.onednn.qlinear_pointwise(qx, 1.0, 0, self.packed, self.scale, self.zero_points, None,
