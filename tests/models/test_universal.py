@@ -211,6 +211,7 @@ def test_a_saved_universal_model_decodes_the_same_and_beam_1_is_greedy(tmp_path)
     assert [h[0].tokens for h in beam_search(loaded, src, DecodeConfig(beam_size=1, max_len_a=1.0, max_len_b=4))] == greedy
 
 
+@pytest.mark.slow  # a learning check of 15-20 s on 2 cores
 def test_a_universal_transformer_learns_the_copy_task():
     torch.manual_seed(0)
     model = Transformer(TransformerConfig(src_vocab_size=14, d_model=32, n_heads=4, d_ff=64, dropout=0.0,

@@ -117,6 +117,7 @@ def test_needs_a_joint_vocabulary():
         TransformerConfig.preset("tiny", src_vocab_size=V, tgt_vocab_size=30, copy_attention=True)
 
 
+@pytest.mark.slow  # a learning check of 15-20 s on 2 cores
 def test_learns_to_copy():
     """The copy task: 100% exact match on held-out sequences, greedy."""
     torch.manual_seed(0)
