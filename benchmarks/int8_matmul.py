@@ -6,7 +6,10 @@ counts of decode_speed's cells: 1 (greedy, batch 1), 4 (beam 4, batch 1), 32 and
 Microseconds per call (median of --runs blocks of --calls calls), 2 threads; the ratio columns divide
 fp32 by each candidate:
 
-    fp32        torch.addmm on the weight stored (in, out): aiayn's fp32 path
+    fp32        aiayn's fp32 path on the model's own (out, in) weight (`fast_decoder._affine`: F.linear
+                below MANY_ROWS rows, (W xᵀ)ᵀ from there on)
+    fp32_t      torch.addmm on a transposed (in, out) copy: the layout FastDecoder kept before, at the
+                cost of a second copy of every matrix
     bf16        the same in bf16 (native only with avx512_bf16 or AMX)
     fbgemm      torch.ops.quantized.linear_dynamic: FBGEMM's fused dynamic int8 linear, what torch.ao's
                 dynamic quantization runs; activations quantized with one scale for the whole batch
@@ -37,6 +40,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
+from aiayn.models.fast_decoder import _affine  # noqa: E402
 from aiayn.modules import quantized  # noqa: E402
 from aiayn.modules.quantized import Int8Linear  # noqa: E402
 
@@ -45,7 +49,7 @@ SIZES = {  # (in, out) of each layer
     "opus": {"qkv": (512, 1536), "ff1": (512, 2048), "ff2": (2048, 512), "output": (512, 58101)},
 }
 ROWS = (1, 4, 32, 128)
-CANDIDATES = ("fp32", "bf16", "fbgemm", "int8_rows", "int8_packed", "w8_only")
+CANDIDATES = ("fp32", "fp32_t", "bf16", "fbgemm", "int8_rows", "int8_packed", "w8_only")
 
 
 def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
@@ -62,7 +66,8 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
         qw = torch._make_per_channel_quantized_tensor(q, scale.double(), torch.zeros(len(scale), dtype=torch.long), 0)
         fbgemm = torch.ops.quantized.linear_prepack(qw, bias)
     return {
-        "fp32": lambda x: torch.addmm(bias, x, wt),
+        "fp32": lambda x: _affine(x, weight, bias),
+        "fp32_t": lambda x: torch.addmm(bias, x, wt),
         "bf16": lambda x: torch.addmm(b16, x.bfloat16(), wt16),
         "fbgemm": lambda x: torch.ops.quantized.linear_dynamic(x, fbgemm, False),
         "int8_rows": rows,

@@ -38,7 +38,7 @@ def test_a_freed_64_mb_tensor_stays_only_when_asked():
 
 
 def test_auto_device_keeps_int8_on_the_cpu(monkeypatch):
-    """int8 weights run on the CPU alone (FBGEMM): 'auto' picks it for them, also where a GPU is found."""
+    """int8 weights run on the CPU alone (torch._int_mm, oneDNN): 'auto' picks it for them, also where a GPU is found."""
     import torch
 
     from aiayn.runtime import inference_device

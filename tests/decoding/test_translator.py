@@ -12,6 +12,7 @@ import torch
 from aiayn.config import EOS_ID, DecodeConfig, SamplingConfig, TransformerConfig
 from aiayn.data.tokenizer import SymbolTokenizer, TokenizerPair, save_tokenizers
 from aiayn.decoding import beam_search, encode_source, greedy_search, pad_sources
+from aiayn.models import load_model
 from aiayn.models.transformer import Transformer
 from aiayn.decoding.streaming import stream_search
 from aiayn.decoding.translator import Translator
@@ -345,7 +346,10 @@ def test_an_int8_translator_keeps_no_fp32_model_and_says_what_it_cannot_do(model
     from aiayn.tasks import load_pipeline
 
     tr = Translator.from_pretrained(model_dir, quantize="int8")
-    assert tr.model is None and tr.translate(["a b c"], method="greedy") == tr.translate(["a b c"], method="greedy")
+    held = load_model(model_dir)  # the same weights, held by the caller: nothing to let go
+    kept = Translator(held, tr.tokenizers, quantize="int8")
+    assert tr.model is None and kept.model is None and held.encoder.embed.weight.dtype == torch.float32
+    assert tr.translate(SENTENCES, nbest=2) == kept.translate(SENTENCES, nbest=2)
     with pytest.raises(ValueError, match="keeps only its int8 weights"):
         tr.refresh()
     with pytest.raises(ValueError, match="attention weights need the model's fp32 weights"):

@@ -143,7 +143,8 @@ class PretrainedModel(nn.Module):
             missing, unexpected = self.load_state_dict(state, strict=False, assign=True)
         except Exception as e:  # truncated or corrupt files, shape mismatches
             raise ValueError(f"{path}: cannot load weights ({_first_lines(e)})") from e
-        untied = [name for name in missing if not (set(_tied_names(self)[name]) & set(state))]
+        tied = _tied_names(self)
+        untied = [name for name in missing if not set(tied[name]) & set(state)]
         if untied or unexpected:
             raise ValueError(f"{path}: cannot load weights (missing: {', '.join(untied) or 'none'}; "
                              f"unexpected: {', '.join(unexpected) or 'none'})")

@@ -67,7 +67,9 @@ class _Layer:
 def _affine(x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
     """x (N, in) Wᵀ + b with W (out, in) as stored; the result may be a transposed view (callers reshape,
     never view). Few rows as `F.linear`; from MANY_ROWS rows on the CPU as (W xᵀ)ᵀ, where the BLAS
-    packs the small xᵀ rather than the whole weight at every call (`benchmarks/beam_profile.py`)."""
+    packs the small xᵀ rather than the whole weight at every call. No transposed copy: at opus-mt's
+    layer shapes it was 0.71-1.45x as fast as this, the median near 1 (`benchmarks/int8_matmul.py
+    --size opus`, fp32/fp32_t), for a second copy of every matrix."""
     if x.shape[0] < MANY_ROWS or x.device.type != "cpu":
         return F.linear(x, w, b)
     if b is None:
@@ -127,7 +129,9 @@ def _layer(layer, precision: str) -> _Layer:
 class _Output:
     """The pre-softmax projection (N, D) -> logits (N, V), no bias. In fp32 and bf16, from 2 to
     FEW_ROWS rows on the CPU as (W xᵀ)ᵀ, copied to rows (the output is read by rows: at 128 rows the
-    plain product measured faster than the transposed one plus its copy)."""
+    plain product measured faster than the transposed one plus its copy). fp32 reads the model's (V, D)
+    matrix: a transposed copy was 1.4x as fast for 1-4 rows at 58,101 ids (`benchmarks/int8_matmul.py
+    --size opus`, output, fp32/fp32_t) but is a second copy of the largest matrix (memory chose)."""
 
     FEW_ROWS = 64
 
@@ -194,7 +198,7 @@ class FastDecoder:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if precision == "int8" and next(model.parameters()).device.type != "cpu":
-            raise ValueError("int8 decoding runs on the CPU (FBGEMM); use bf16 on a GPU")
+            raise ValueError("int8 decoding runs on the CPU (torch._int_mm, oneDNN); use bf16 on a GPU")
         cfg, dec = model.config, model.decoder
         self.precision = precision
         self._device = next(model.parameters()).device
@@ -245,7 +249,8 @@ class FastDecoder:
         """Encode src (B, S) and return the decoding state: each layer's cross-attention keys and
         values (B, H, S, Dh), contiguous (read as (B·H, S, Dh) views), as `Transformer.start` does.
 
-        The decoding thread flushes denormal floats to zero from here on (`runtime.flush_denormals`)."""
+        The decoding thread flushes denormal floats to zero from here on (`runtime.flush_denormals`): its
+        steps follow in the same thread, so `step` does not set it again."""
         flush_denormals()
         self._check_current()
         with self._autocast():
@@ -279,7 +284,6 @@ class FastDecoder:
     @torch.inference_mode()
     def step(self, tokens: Tensor, cache: KVCache) -> Tensor:
         """tokens (N,), each row's last token -> logits (N, V); appends one position to `cache`."""
-        flush_denormals()  # see `start`
         with self._kernels():
             return self._step(tokens, cache)
 
