@@ -13,15 +13,16 @@ fp32 by each candidate:
     bf16        the same in bf16 (native only with avx512_bf16 or AMX)
     fbgemm      torch.ops.quantized.linear_dynamic: FBGEMM's fused dynamic int8 linear, what torch.ao's
                 dynamic quantization runs; activations quantized with one scale for the whole batch
-    int8_rows   aiayn's Int8Linear: activations quantized per row, torch._int_mm, rescaled in place
-    int8_packed the same arithmetic on oneDNN's quantized linear with the weights packed once (the
-                same bits; Int8Linear takes it from `quantized.PACKED_ROWS` rows on)
+    int8_rows   Int8Linear's arithmetic on torch._int_mm (activations quantized per row, rescaled in
+                place), which repacks the weight at every call: where torch has no oneDNN
+    int8_packed aiayn's Int8Linear: the same arithmetic and bits on oneDNN's quantized linear with the
+                weights packed once
     w8_only     torch._weight_int8pack_mm: int8 weights, fp32 activations (timed up to 4 rows only: at
                 32 rows it was already 20x slower than fp32)
 
-`aiayn.modules.quantized` explains the choice: int8_rows, because a row's result must not depend on
-the other rows of its batch, which fbgemm's per-batch scale breaks. If torch drops `_int_mm`, the
-same arithmetic is a float matmul of the dequantized codes (slower, identical results).
+`aiayn.modules.quantized` explains the choice: activations quantized per row (int8_packed, and
+int8_rows where there is no oneDNN), because a row's result must not depend on the other rows of its
+batch, which fbgemm's per-batch scale breaks.
 
     .venv/bin/python benchmarks/int8_matmul.py [--size small|opus] [--runs 5] [--json]
 """
@@ -41,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
 from aiayn.models.fast_decoder import _affine  # noqa: E402
-from aiayn.modules import quantized  # noqa: E402
 from aiayn.modules.quantized import Int8Linear  # noqa: E402
 
 SIZES = {  # (in, out) of each layer
@@ -56,9 +56,9 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
     """name -> x (M, in) -> (M, out)."""
     wt = weight.t().contiguous()
     wt16, b16 = wt.bfloat16(), bias.bfloat16()
-    rows = Int8Linear(weight, bias)
-    rows.packed = None  # torch._int_mm at every row count
-    packed = Int8Linear(weight, bias)  # oneDNN's packed weights at every row count (PACKED_ROWS set to 1 below)
+    rows = Int8Linear(weight, bias, keep_rows=True)
+    rows.packed = None  # torch._int_mm on the codes, as where torch has no oneDNN
+    packed = Int8Linear(weight, bias)  # oneDNN's packed weights: what Int8Linear runs
     scale = (weight.abs().amax(1) / 127).clamp(min=1e-12)
     q = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
     with warnings.catch_warnings():
@@ -71,17 +71,9 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
         "bf16": lambda x: torch.addmm(b16, x.bfloat16(), wt16),
         "fbgemm": lambda x: torch.ops.quantized.linear_dynamic(x, fbgemm, False),
         "int8_rows": rows,
-        "int8_packed": lambda x: _all_rows_packed(packed, x),
+        "int8_packed": packed,
         "w8_only": lambda x: torch._weight_int8pack_mm(x, q, scale) + bias,
     }
-
-
-def _all_rows_packed(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
-    before, quantized.PACKED_ROWS = quantized.PACKED_ROWS, 1
-    try:
-        return layer(x)
-    finally:
-        quantized.PACKED_ROWS = before
 
 
 def time_us(fn, x: torch.Tensor, runs: int, calls: int) -> float:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.modules.quantized import Int8Embeddings, Int8Linear
+from aiayn.modules.quantized import Int8Embeddings, Int8Linear, Int8Rows
 
 
 @pytest.mark.parametrize("rows", [1, 4, 33])
@@ -24,21 +24,40 @@ def test_int8_linear_equals_its_dequantized_reference_within_the_activation_step
     assert (w_err <= q.scale[:, None] / 2 + 1e-7).all()  # weights round to the nearest of 255 levels
 
 
-@pytest.mark.parametrize("rows", [3, 20])  # 20: oneDNN's packed weights beside one row's _int_mm
-def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows):
+@pytest.mark.parametrize("rows", [1, 3, 20])
+@pytest.mark.parametrize("packed", [True, False])  # oneDNN's packed weights; torch._int_mm on the codes
+def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows, packed):
     """Activations are quantized per row: a sentence decodes the same alone or batched."""
-    q = Int8Linear.from_linear(nn.Linear(8, 5))
+    q = Int8Linear(torch.randn(5, 8), torch.randn(5), keep_rows=True)
+    if not packed:
+        q.packed = None
+    elif q.packed is None:
+        pytest.skip("this torch has no oneDNN")
     x = torch.randn(2, rows, 8)
     x[0] *= 100  # a neighbour with a far larger range would change a per-batch scale
     y = q(x)
-    assert y.shape == (2, rows, 5) and (q.packed is not None) == torch.backends.mkldnn.is_available()
-    assert torch.equal(y[1, 2], q(x[1, 2][None])[0])
+    assert y.shape == (2, rows, 5)
+    assert torch.equal(y[1, -1], q(x[1, -1][None])[0])
+
+
+def test_one_int8_copy_of_a_matrix_unless_its_rows_are_read():
+    """The packed weights alone where oneDNN packs them; the codes as rows too only for a table (`keep_rows`),
+    and the same bits from both."""
+    weight, x = torch.randn(7, 6), torch.randn(3, 6)
+    plain, table = Int8Linear(weight, None), Int8Linear(weight, None, keep_rows=True)
+    assert (plain.rows is None) == torch.backends.mkldnn.is_available()
+    assert table.rows is not None
+    assert torch.equal(plain.dequantized_weight(), table.dequantized_weight())
+    table.packed = None  # torch._int_mm on the kept codes
+    assert torch.equal(plain(x), table(x))
 
 
 def test_int8_embeddings_are_the_dequantized_rows_times_the_scale():
     """A tied model's int8 output projection doubles as its embedding table: rows of the same codes."""
-    q = Int8Linear(torch.randn(10, 6), None)
+    q = Int8Linear(torch.randn(10, 6), None, keep_rows=True)
     tokens = torch.tensor([[3, 0, 9], [9, 9, 1]])
-    got = Int8Embeddings(q, 2.5)(tokens)
+    got = Int8Embeddings(q.rows, 2.5)(tokens)
     assert got.shape == (2, 3, 6)
     torch.testing.assert_close(got, q.dequantized_weight()[tokens] * 2.5, atol=0, rtol=0)
+    alone = Int8Rows.quantize(q.dequantized_weight())  # an untied table: its own codes, the same rows
+    torch.testing.assert_close(alone(tokens), q.dequantized_weight()[tokens], atol=1e-6, rtol=0)

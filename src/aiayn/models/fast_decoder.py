@@ -11,8 +11,9 @@ logits bias); it reads and extends the same `KVCache`, and the tests check its l
 
 Memory: it copies no weight it can read as it is. In fp32 it reads the model's own tensors; in bf16
 it holds bf16 copies of the decoder's matrices and the output projection (the rest is the model's);
-in int8 it holds int8 copies of every matrix (the encoder's, the decoder's, the embeddings and the
-output projection: about a quarter of the model's fp32 size) and keeps no reference to the model, so
+in int8 it holds one int8 copy of every matrix (the encoder's, the decoder's, the embeddings and the
+output projection, whose codes a tied table also reads as rows: about a quarter of the model's fp32
+size, `modules.quantized`) and keeps no reference to the model, so
 the fp32 weights can be freed (a `Translator` in int8 lets them go). Weights changed after it was
 built (in place, as an optimizer does, or replaced) are refused at the next `start`: rebuild it
 (`model.fast_decoder()`, `Translator.refresh()`); it never mixes old and new weights. All per-call
@@ -40,7 +41,7 @@ from aiayn.config import PAD_ID
 from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
-from aiayn.modules.quantized import Int8Embeddings, Int8Linear
+from aiayn.modules.quantized import Int8Embeddings, Int8Linear, Int8Rows
 from aiayn.runtime import flush_denormals, no_cudnn_attention
 
 PRECISIONS = ("fp32", "bf16", "int8")
@@ -135,8 +136,8 @@ class _Output:
 
     FEW_ROWS = 64
 
-    def __init__(self, weight: Tensor, precision: str):  # weight (V, D): the model's, or the tied embedding
-        self.int8 = Int8Linear(weight, None) if precision == "int8" else None
+    def __init__(self, weight: Tensor, precision: str, tied: bool = False):  # weight (V, D); tied: the embedding
+        self.int8 = Int8Linear(weight, None, keep_rows=tied) if precision == "int8" else None  # rows: the table
         if precision == "int8":
             return
         self.w = weight.bfloat16() if precision == "bf16" else weight  # (V, D)
@@ -213,14 +214,14 @@ class FastDecoder:
                                                                                     dec.positions))
         self.act = ACTIVATION_FUNCTIONS[cfg.activation]  # the FFN's: ReLU in the paper
         out = dec.embed.weight if model.output_proj is None else model.output_proj.weight
-        self.output = _Output(out, precision)  # (N, D) -> (N, V)
+        self.output = _Output(out, precision, tied=model.output_proj is None)  # (N, D) -> (N, V)
         self.model = None if precision == "int8" else model  # fp32 and bf16 read the rest of the live model
         self.encoder, self.embed = model.encoder, dec.embed
         if precision == "int8":  # int8 rows of the same matrices: the output's when tied, else their own
-            tied = self.output.int8 if model.output_proj is None else Int8Linear(dec.embed.weight, None)
-            self.embed = Int8Embeddings(tied, dec.embed.scale)
+            table = self.output.int8.rows if model.output_proj is None else Int8Rows.quantize(dec.embed.weight)
+            self.embed = Int8Embeddings(table, dec.embed.scale)
             src_embed = self.embed if model.encoder.embed is dec.embed else Int8Embeddings(
-                Int8Linear(model.encoder.embed.weight, None), model.encoder.embed.scale)
+                Int8Rows.quantize(model.encoder.embed.weight), model.encoder.embed.scale)
             self.encoder = _int8_encoder(model.encoder, src_embed)
 
     # -- the decoding interface ------------------------------------------------------------

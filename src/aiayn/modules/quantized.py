@@ -4,11 +4,14 @@ Weights are quantized once per output channel and activations at every call per 
 symmetric: w ≈ sw[o] · qw[o, i] and x ≈ sx[r] · qx[r, i], with q in [-127, 127] and the scale
 max|·| / 127. The int8 x int8 product (int32 accumulation, VNNI or AMX where the CPU has them) runs
 in oneDNN's quantized linear on weights packed once (`torch.ops.onednn.qlinear_pointwise`, with the
-per-channel sw fused) from PACKED_ROWS rows on and for layers of PACKED_OUT outputs or more (an output
-projection), else in `torch._int_mm`, which repacks the weight at every call but was as fast for a few
-rows of a small layer (`benchmarks/int8_matmul.py --size opus`: opus-mt's 58,101-id output projection
-1.5 ms packed against 2.8 for one row, 3.7 against 8.7 for 32). The two give the same bits, so a row's
-result still depends on that row alone. The result is rescaled by sx[r] with the bias added in fp32.
+per-channel sw fused); the result is rescaled by sx[r] with the bias added in fp32.
+
+One int8 copy of each matrix: the packed weights. The codes as rows (out, in) are kept beside them
+only where rows are read by index (a tied output projection is also the embedding table: `Int8Rows`),
+or where this torch has no oneDNN, which multiplies them with `torch._int_mm` (the same bits; it
+repacks the weight at every call: opus-mt's 58,101-id output projection 2.8 ms against 1.5 packed for
+one row, 4.6 against 2.3 for 32, and the small layers alike within 1.4x either way,
+`benchmarks/int8_matmul.py --size opus`, int8_rows and int8_packed).
 
 Per row, as CTranslate2 and torchao's dynamic int8 do: a row's result depends on that row
 alone, so a sentence decodes the same whatever else shares its batch (continuous batching's
@@ -27,26 +30,43 @@ import torch
 from torch import Tensor, nn
 
 
-PACKED_ROWS, PACKED_OUT = 16, 8192  # from this many rows, or outputs, on: the packed weights (see the module doc)
-
-
 def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
     """(M, K) float -> (int8 codes (M, K), scales (M, 1)): symmetric, one scale per row."""
     scale = t.abs().amax(dim=1, keepdim=True).clamp_(min=1e-12).div_(127)  # (M, 1)
     return t.div(scale).round_().to(torch.int8), scale  # one new float buffer, rounded in place
 
 
-class Int8Linear(nn.Module):
-    """`nn.Linear(in, out)` with int8 weights for inference (see the module doc)."""
+class Int8Rows(nn.Module):
+    """A (V, D) table as int8 codes with one scale per row, read by row: tokens (...,) long ->
+    (..., D) float32, the dequantized rows (the token embeddings of an int8 model)."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None):
+    def __init__(self, codes: Tensor, scale: Tensor):
+        super().__init__()
+        self.register_buffer("codes", codes)  # (V, D) int8
+        self.register_buffer("scale", scale.view(-1))  # (V,)
+
+    @classmethod
+    def quantize(cls, weight: Tensor) -> "Int8Rows":
+        return cls(*quantize_rows(weight.detach().float()))
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        flat = tokens.reshape(-1)
+        picked = self.codes.index_select(0, flat).float()  # (M, D)
+        return picked.mul_(self.scale[flat, None]).view(*tokens.shape, self.codes.shape[1])
+
+
+class Int8Linear(nn.Module):
+    """`nn.Linear(in, out)` with int8 weights for inference (see the module doc). `keep_rows`: keep
+    the codes as rows too (`self.rows`, an `Int8Rows`), for a matrix that is also an embedding table."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, keep_rows: bool = False):
         super().__init__()
         weight = weight.detach().float()
         self.out_features, self.in_features = weight.shape
         q, scale = quantize_rows(weight)  # (out, in), (out, 1)
-        self.register_buffer("qweight", q)  # (out, in), read by _int_mm as its transpose: the faster layout
         self.register_buffer("scale", scale.view(-1))  # (out,)
         self.packed = _prepack(q)  # oneDNN's own layout of the codes, or None (no oneDNN, or not on the CPU)
+        self.rows = Int8Rows(q, scale) if keep_rows or self.packed is None else None
         self.zero_points = torch.zeros(self.out_features, dtype=torch.long)  # symmetric: all 0 (oneDNN asks)
         bias = torch.zeros(self.out_features) if bias is None else bias.detach().float().clone()  # its own memory
         self.register_buffer("bias", bias.to(weight.device))
@@ -58,20 +78,14 @@ class Int8Linear(nn.Module):
 
     def dequantized_weight(self) -> Tensor:
         """(out, in) float32: the weight this layer multiplies by, sw · qw (the reference in tests)."""
-        return self.qweight.float() * self.scale[:, None]
-
-    def dequantized_rows(self, rows: Tensor) -> Tensor:
-        """rows (...,) long -> (..., in) float32: those rows of the dequantized weight (a tied
-        output projection's rows are the token embeddings)."""
-        flat = rows.reshape(-1)
-        picked = self.qweight.index_select(0, flat).float()  # (M, in)
-        return picked.mul_(self.scale[flat, None]).view(*rows.shape, self.in_features)
+        codes = self.packed.to_dense().t() if self.rows is None else self.rows.codes  # (out, in)
+        return codes.float() * self.scale[:, None]
 
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        if self.packed is None or (qx.shape[0] < PACKED_ROWS and self.out_features < PACKED_OUT):
-            y = torch.mul(torch._int_mm(qx, self.qweight.t()), self.scale)  # (M, out): int32 read, float written
+        if self.packed is None:
+            y = torch.mul(torch._int_mm(qx, self.rows.codes.t()), self.scale)  # (M, out): int32 read, float written
         else:  # (qx qwᵀ) · sw as one call: x_scale 1, zero points 0, float32 out, no fused op
             y = torch.ops.onednn.qlinear_pointwise(qx, 1.0, 0, self.packed, self.scale, self.zero_points, None,
                                                    1.0, 0, torch.float32, "none", [], "")
@@ -92,12 +106,12 @@ def _prepack(q: Tensor) -> Tensor | None:
 
 
 class Int8Embeddings(nn.Module):
-    """`aiayn.modules.embeddings.Embeddings` with its table the rows of an `Int8Linear`'s weight:
-    (B, T) long -> (B, T, D) float32, times `scale` (sqrt(d_model) where the model scales)."""
+    """`aiayn.modules.embeddings.Embeddings` with an `Int8Rows` table: (B, T) long -> (B, T, D) float32,
+    times `scale` (sqrt(d_model) where the model scales)."""
 
-    def __init__(self, table: Int8Linear, scale: float):
+    def __init__(self, table: Int8Rows, scale: float):
         super().__init__()
         self.table, self.scale = table, scale
 
     def forward(self, tokens: Tensor) -> Tensor:
-        return self.table.dequantized_rows(tokens).mul_(self.scale)
+        return self.table(tokens).mul_(self.scale)
