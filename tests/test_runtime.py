@@ -9,8 +9,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
-from aiayn.runtime import ONEDNN_CACHE_CAPACITY, bound_onednn_caches
+from aiayn.runtime import ONEDNN_CACHE_CAPACITY, bound_onednn_caches, page_out
 
 PROBE = """
 import os, sys, torch
@@ -35,6 +38,23 @@ def _kept_bytes(mode: str) -> int:
 def test_a_freed_64_mb_tensor_stays_only_when_asked():
     assert _kept_bytes("default") < 16 * 2**20  # mmapped, then returned
     assert _kept_bytes("keep") > 48 * 2**20  # in the heap, ready for the next one
+
+
+def _rss() -> int:
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="Linux's madvise")
+def test_page_out_hands_back_a_mapped_tensors_pages_and_keeps_its_values(tmp_path):
+    save_file({"w": torch.randn(2**23)}, str(tmp_path / "w.safetensors"))  # 32 MB
+    with safe_open(str(tmp_path / "w.safetensors"), "pt") as f:
+        mapped = f.get_tensor("w")  # a view of the file (`PretrainedModel.assign_weights`)
+    want = mapped.clone()
+    assert torch.equal(mapped, want)  # every page read: resident
+    before = _rss()
+    assert page_out(mapped)
+    assert before - _rss() > 16 * 2**20
+    assert torch.equal(mapped, want)  # read again from the file
 
 
 def test_auto_device_keeps_int8_on_the_cpu(monkeypatch):

@@ -116,6 +116,25 @@ def release_freed_memory() -> bool:
     return bool(ctypes.CDLL(None).malloc_trim(0))
 
 
+def page_out(t) -> bool:
+    """Have the kernel reclaim the whole pages of tensor `t` now (madvise MADV_PAGEOUT, Linux 5.4+). For a
+    tensor memory-mapped from a file (`PretrainedModel.assign_weights`) its clean pages are dropped and read
+    from the file again if touched: nothing is lost, and quantizing a model one matrix after another does
+    not hold the whole fp32 file resident. False where the kernel or C library does not take it."""
+    import ctypes
+    import mmap
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or not t.is_cpu:
+        return False
+    page, madv_pageout = mmap.PAGESIZE, 21  # <sys/mman.h>
+    first, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+    start, stop = -(-first // page) * page, end // page * page  # the pages wholly inside t
+    if stop <= start:
+        return False
+    return ctypes.CDLL(None).madvise(ctypes.c_void_p(start), ctypes.c_size_t(stop - start), madv_pageout) == 0
+
+
 ONEDNN_CACHE_CAPACITY = "64"  # primitives kept per process (oneDNN's default: 1,024)
 
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from aiayn.config import DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
-from aiayn.models import Transformer
+from aiayn.models import Transformer, load_model
 from aiayn.models.fast_decoder import FastDecoder
 from aiayn.modules.cache_merge import concat
 from aiayn.modules.quantized import Int8Embeddings, Int8Linear
@@ -100,6 +100,21 @@ def test_int8_steps_equal_the_dequantized_reference_up_to_the_activation_roundin
         assert (want - full).abs().max() > 0  # the reference really uses the quantized weights
         assert (got - want).abs().max() > 0  # and the int8 path really quantizes the activations
         tokens = want.argmax(-1)
+
+
+@torch.inference_mode()
+def test_int8_from_a_mapped_file_decodes_as_from_memory_and_leaves_the_weights_as_they_were(tmp_path):
+    """Built from a model whose tensors map its file (`load_model`), int8 hands each part's fp32 pages back
+    once quantized (`runtime.page_out`): the same steps, and the model still reads its own weights."""
+    model = tiny(copy_attention=True)
+    model.save_pretrained(tmp_path)
+    mapped = load_model(tmp_path)
+    assert mapped.mapped and not model.mapped
+    src, tokens = sources(3), torch.randint(4, V, (3,))
+    a, b = FastDecoder(model, "int8"), FastDecoder(mapped, "int8")
+    torch.testing.assert_close(b.step(tokens, b.start(src)), a.step(tokens, a.start(src)), atol=0, rtol=0)
+    for (name, p), q in zip(mapped.named_parameters(), model.parameters()):
+        assert torch.equal(p, q), name
 
 
 @torch.inference_mode()

@@ -80,6 +80,7 @@ class PretrainedModel(nn.Module):
     def __init__(self, config: Any):
         super().__init__()
         self.config = config
+        self.mapped = False  # its tensors are views of a memory-mapped file (`assign_weights` on the CPU)
 
     def num_parameters(self) -> int:
         """Distinct trainable parameters (tied matrices count once)."""
@@ -141,6 +142,7 @@ class PretrainedModel(nn.Module):
             with safe_open(str(path), "pt", device=str(device)) as f:
                 state = {name: f.get_tensor(name) for name in f.keys()}
             missing, unexpected = self.load_state_dict(state, strict=False, assign=True)
+            self.mapped = torch.device(device).type == "cpu"
         except Exception as e:  # truncated or corrupt files, shape mismatches
             raise ValueError(f"{path}: cannot load weights ({_first_lines(e)})") from e
         tied = _tied_names(self)

@@ -42,7 +42,7 @@ from aiayn.modules import masks
 from aiayn.modules.cache import KVCache
 from aiayn.modules.layers import ACTIVATION_FUNCTIONS, DecoderLayer, PositionwiseFeedForward
 from aiayn.modules.quantized import Int8Embeddings, Int8Linear, Int8Rows
-from aiayn.runtime import flush_denormals, no_cudnn_attention
+from aiayn.runtime import flush_denormals, no_cudnn_attention, page_out
 
 PRECISIONS = ("fp32", "bf16", "int8")
 MANY_ROWS = 16  # from this many rows on, a product runs as (W xᵀ)ᵀ on the CPU (`_affine`)
@@ -168,6 +168,12 @@ def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings) -> nn.Module:
     return copy.deepcopy(encoder, memo).requires_grad_(False)
 
 
+def _page_out(part: nn.Module | Tensor) -> None:
+    """`runtime.page_out` of a module's parameters, or of one tensor."""
+    for t in part.parameters() if isinstance(part, nn.Module) else [part]:
+        page_out(t)
+
+
 def _signature(model) -> list[tuple[int, int, int]]:
     """What tells a model's weights apart from those a FastDecoder was built with: each parameter's
     identity, storage and version (bumped by every in-place update, an optimizer's step included; a
@@ -207,7 +213,12 @@ class FastDecoder:
         self.n_heads, self.d_model = cfg.n_heads, cfg.d_model
         self.norm_first, self.eps = cfg.norm_first, cfg.layer_norm_eps
         self.max_output_length, self.max_input_length = model.max_output_length, model.max_input_length
-        self.layers = [_layer(layer, precision) for layer in dec.layers]
+        # int8 from a memory-mapped file: each part's fp32 pages are handed back once its int8 copy is made
+        release = _page_out if precision == "int8" and getattr(model, "mapped", False) else lambda part: None
+        self.layers = []
+        for layer in dec.layers:
+            self.layers.append(_layer(layer, precision))
+            release(layer)
         final = dec.final_norm
         self.final_norm = None if final is None else (_own(final.weight, precision), _own(final.bias, precision))
         self.logits_bias, self.copy, self.positions = (_own(t, precision) for t in (model.logits_bias, model.copy,
@@ -215,6 +226,7 @@ class FastDecoder:
         self.act = ACTIVATION_FUNCTIONS[cfg.activation]  # the FFN's: ReLU in the paper
         out = dec.embed.weight if model.output_proj is None else model.output_proj.weight
         self.output = _Output(out, precision, tied=model.output_proj is None)  # (N, D) -> (N, V)
+        release(out)
         self.model = None if precision == "int8" else model  # fp32 and bf16 read the rest of the live model
         self.encoder, self.embed = model.encoder, dec.embed
         if precision == "int8":  # int8 rows of the same matrices: the output's when tied, else their own
@@ -223,6 +235,7 @@ class FastDecoder:
             src_embed = self.embed if model.encoder.embed is dec.embed else Int8Embeddings(
                 Int8Rows.quantize(model.encoder.embed.weight), model.encoder.embed.scale)
             self.encoder = _int8_encoder(model.encoder, src_embed)
+            release(model.encoder)
 
     # -- the decoding interface ------------------------------------------------------------
     def _check_current(self) -> None:
