@@ -160,11 +160,15 @@ def _own(t, precision: str):
     return copy.deepcopy(t).requires_grad_(False) if isinstance(t, nn.Module) else t.detach().clone()
 
 
-def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings) -> nn.Module:
-    """A copy of `encoder` with its token embeddings `embeddings` and every `nn.Linear` an `Int8Linear`.
-    Each replacement goes into deepcopy's memo, so no fp32 matrix is ever copied (only norms and tables)."""
+def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings, release) -> nn.Module:
+    """A copy of `encoder` with its token embeddings `embeddings` and every `nn.Linear` an `Int8Linear`
+    (each fp32 one then `release`d). Each replacement goes into deepcopy's memo, so no fp32 matrix is ever
+    copied (only norms and tables)."""
     memo = {id(encoder.embed): embeddings}
-    memo.update({id(m): Int8Linear.from_linear(m) for m in encoder.modules() if type(m) is nn.Linear})
+    for m in encoder.modules():
+        if type(m) is nn.Linear:
+            memo[id(m)] = Int8Linear.from_linear(m)
+            release(m)
     return copy.deepcopy(encoder, memo).requires_grad_(False)
 
 
@@ -234,8 +238,7 @@ class FastDecoder:
             self.embed = Int8Embeddings(table, dec.embed.scale)
             src_embed = self.embed if model.encoder.embed is dec.embed else Int8Embeddings(
                 Int8Rows.quantize(model.encoder.embed.weight), model.encoder.embed.scale)
-            self.encoder = _int8_encoder(model.encoder, src_embed)
-            release(model.encoder)
+            self.encoder = _int8_encoder(model.encoder, src_embed, release)
 
     # -- the decoding interface ------------------------------------------------------------
     def _check_current(self) -> None:
