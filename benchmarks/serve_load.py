@@ -230,7 +230,10 @@ def in_process(model: Path, sentences: list[str], flight: int, clients: tuple[in
     runs = {("in-process", "-"): lambda: translator.translate(sentences) and None,
             (f"in-process, calls of {flight}", "-"): lambda: [translator.translate(sentences[i:i + flight])
                                                               for i in range(0, len(sentences), flight)] and None}
-    for n in clients or (flight,):
+    if translator.continuous() is None:  # greedy or beam 1 in task.json: the server decodes whole batches too
+        print(f"{model}: its task.json decodes without beam search: no continuous rows", file=sys.stderr)
+        clients, flight = (), 0
+    for n in clients or ((flight,) if flight else ()):
         runs[("in-process continuous", n)] = lambda n=n: continuously(translator, sentences, min(n, flight))
     rows = []
     for (name, n), run in runs.items():
