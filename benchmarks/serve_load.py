@@ -44,6 +44,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import os
 import re
 import shutil
 import socket
@@ -237,14 +238,15 @@ def in_process(model: Path, sentences: list[str], flight: int, clients: tuple[in
         runs[("in-process continuous", n)] = lambda n=n: continuously(translator, sentences, min(n, flight))
     rows = []
     for (name, n), run in runs.items():
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         latencies = run()  # the continuous runs' per-sentence seconds; None for whole calls
         wall = time.perf_counter() - start
+        cores = {"decoder_cores": (time.process_time() - cpu_start) / wall}  # this process: only the decoding
         if latencies:
-            rows.append({**row(n, len(sentences), {}, wall, percentiles(latencies)), "server": name})
+            rows.append({**row(n, len(sentences), {}, wall, percentiles(latencies)), "server": name, **cores})
         else:
             rows.append({"server": name, "clients": n, "ok": len(sentences), "errors": 0,
-                         "sent_per_s": len(sentences) / wall, "seconds": wall})
+                         "sent_per_s": len(sentences) / wall, "seconds": wall, **cores})
     return rows
 
 
@@ -280,14 +282,32 @@ def read_sentences(n: int) -> list[str]:
     return lines[:n]
 
 
-def sweep(name: str, url: str, sentences: list[str], clients: tuple[int, ...], wrk_seconds: int = 0) -> list[dict]:
-    """One row per concurrency level; with `wrk_seconds`, wrk's load for that long instead of httpx's."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of process `pid` (the server's HTTP process) and of all its descendants (the
+    fork server and its decoder processes), from /proc."""
+    def used(p: str) -> float:
+        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def descendants(p: str) -> list[str]:
+        kids = [c for task in Path(f"/proc/{p}/task").iterdir() for c in (task / "children").read_text().split()]
+        return kids + [d for k in kids for d in descendants(k)]
+
+    return used(str(pid)), sum(used(p) for p in descendants(str(pid)))
+
+
+def sweep(name: str, url: str, pid: int, sentences: list[str], clients: tuple[int, ...],
+          wrk_seconds: int = 0) -> list[dict]:
+    """One row per concurrency level; with `wrk_seconds`, wrk's load for that long instead of httpx's. Each
+    row has the cores the server's HTTP process and its decoder processes kept busy (CPU seconds / wall)."""
     load(url, sentences[:16], 4)  # warm-up: threads, allocator, first shapes
     rows = []
     for n in clients:
-        before = server_counts(url)
+        before, cpu_before, start = server_counts(url), cpu_seconds(pid), time.perf_counter()
         measured = load_wrk(url, sentences, n, wrk_seconds) if wrk_seconds else load(url, sentences, n)
-        measured = {"server": name, **measured, "mean_batch": mean_batch(before, server_counts(url))}
+        wall, cpu = time.perf_counter() - start, cpu_seconds(pid)
+        measured = {"server": name, **measured, "mean_batch": mean_batch(before, server_counts(url)),
+                    "http_cores": (cpu[0] - cpu_before[0]) / wall, "decoder_cores": (cpu[1] - cpu_before[1]) / wall}
         if wrk_seconds:
             settle(url)
         print(f"  {name:12s} {n:4d} clients: {measured['sent_per_s']:7.1f} sentences/s, p50 {measured['p50_ms']:.0f} ms, "
@@ -355,16 +375,16 @@ def main() -> None:
         keep_alive = (*keep_alive, "--worker", args.worker)
         batching = ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *keep_alive)
         if not args.overflow_only:
-            with server(args.model, *batching, log=logs / "batched.log") as (url, _):
-                rows += sweep("batched", url, sentences, clients, wrk_seconds)
-            with server(args.model, "--max-batch", "1", *keep_alive, log=logs / "unbatched.log") as (url, _):
-                rows += sweep("unbatched", url, sentences, clients, wrk_seconds)
+            with server(args.model, *batching, log=logs / "batched.log") as (url, pid):
+                rows += sweep("batched", url, pid, sentences, clients, wrk_seconds)
+            with server(args.model, "--max-batch", "1", *keep_alive, log=logs / "unbatched.log") as (url, pid):
+                rows += sweep("unbatched", url, pid, sentences, clients, wrk_seconds)
             if args.ctranslate2:
                 from aiayn.export import export_ctranslate2
 
                 exported = export_ctranslate2(args.model, logs / "ct2", quantization=args.quantization)
-                with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, _):
-                    rows += sweep("ctranslate2", url, sentences, clients, wrk_seconds)
+                with server(exported, "--backend", "ctranslate2", *batching, log=logs / "ct2.log") as (url, pid):
+                    rows += sweep("ctranslate2", url, pid, sentences, clients, wrk_seconds)
             rows += in_process(args.model, sentences, flight=args.max_batch, clients=clients)
         overflow = overflow_checks(args.model, batching, sentences, args.overflow_runs, logs)
         soak = None
@@ -406,7 +426,8 @@ def report(rows: list[dict], overflow: dict, soak: dict | None, args) -> None:
     if rows:
         print(format_table(rows, [("server", "server", ""), ("clients", "clients", ""), ("sent_per_s", "sentences/s", ",.1f"),
                                   ("p50_ms", "p50 ms", ",.0f"), ("p95_ms", "p95 ms", ",.0f"), ("p99_ms", "p99 ms", ",.0f"),
-                                  ("mean_batch", "texts/batch", ".1f"), ("errors", "errors", "")]))
+                                  ("mean_batch", "texts/batch", ".1f"), ("http_cores", "HTTP cores", ".2f"),
+                                  ("decoder_cores", "decoder cores", ".2f"), ("errors", "errors", "")]))
         ratios = ratios_of(rows, args)
         print()
         for name, value in ratios.items():

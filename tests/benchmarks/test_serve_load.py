@@ -89,3 +89,26 @@ def test_serve_load_wrk_client_sends_every_sentence_and_counts_errors():
     assert busy - 2 <= row["error_kinds"]["non-2xx"] <= busy and row["error_kinds"]["non-2xx"] > 0
     assert len(seen) - 2 <= row["ok"] + row["errors"] <= len(seen) and row["error_kinds"]["socket"] == 0
     assert row["sent_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_serve_load_counts_the_cpu_of_a_servers_descendants_apart_from_its_own():
+    import os
+    import subprocess
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from serve_load import cpu_seconds
+
+    import signal
+
+    own, kids = cpu_seconds(os.getpid())
+    grandchild = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'while True: pass']); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", grandchild], start_new_session=True)
+    try:
+        threading.Event().wait(1.5)  # the grandchild spins, alive, as a server's decoder does
+        own_after, kids_after = cpu_seconds(os.getpid())
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    assert kids_after - kids > 0.4  # the busy grandchild's time, reached through the child
+    assert own_after - own < 0.4
