@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.modules.quantized import Int8Embeddings, Int8Linear, Int8Rows, quantize_rows, quantize_weight
+from aiayn.modules.quantized import SMALL, Int8Embeddings, Int8Linear, Int8Rows, quantize_rows, quantize_weight
 
 
 @pytest.mark.parametrize("rows", [1, 4, 33])
@@ -25,10 +25,11 @@ def test_int8_linear_equals_its_dequantized_reference_within_the_activation_step
 
 
 @pytest.mark.parametrize("rows", [1, 3, 20])
+@pytest.mark.parametrize("out", [5, SMALL // 8 + 1])  # a small layer; one above SMALL (packed, padded rows)
 @pytest.mark.parametrize("packed", [True, False])  # oneDNN's packed weights; torch._int_mm on the codes
-def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows, packed):
+def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows, packed, out):
     """Activations are quantized per row: a sentence decodes the same alone or batched."""
-    q = Int8Linear(torch.randn(5, 8), torch.randn(5), keep_rows=True)
+    q = Int8Linear(torch.randn(out, 8), torch.randn(out), keep_rows=True)
     if not packed:
         q.packed = None
     elif q.packed is None:
@@ -36,17 +37,17 @@ def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows, packed):
     x = torch.randn(2, rows, 8)
     x[0] *= 100  # a neighbour with a far larger range would change a per-batch scale
     y = q(x)
-    assert y.shape == (2, rows, 5)
+    assert y.shape == (2, rows, out)
     assert torch.equal(y[1, -1], q(x[1, -1][None])[0])
 
 
-def test_one_int8_copy_of_a_matrix_unless_its_rows_are_read():
-    """The packed weights alone where oneDNN packs them; the codes as rows too only for a table (`keep_rows`),
-    and the same bits from both."""
-    weight, x = torch.randn(7, 6), torch.randn(3, 6)
+def test_one_int8_copy_of_a_large_matrix_unless_its_rows_are_read():
+    """The packed weights alone where oneDNN packs them; the codes as rows too only for a table (`keep_rows`)
+    or a layer of at most SMALL weights, and the same bits from both."""
+    weight, x = torch.randn(SMALL // 64 + 1, 64), torch.randn(3, 64)
     plain, table = Int8Linear(weight, None), Int8Linear(weight, None, keep_rows=True)
     assert (plain.rows is None) == torch.backends.mkldnn.is_available()
-    assert table.rows is not None
+    assert table.rows is not None and Int8Linear(torch.randn(7, 6), None).rows is not None
     assert torch.equal(plain.dequantized_weight(), table.dequantized_weight())
     table.packed = None  # torch._int_mm on the kept codes
     assert torch.equal(plain(x), table(x))

@@ -160,7 +160,7 @@ def _own(t, precision: str):
     return copy.deepcopy(t).requires_grad_(False) if isinstance(t, nn.Module) else t.detach().clone()
 
 
-def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings, release) -> nn.Module:
+def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings, release: Callable[[nn.Module], None]) -> nn.Module:
     """A copy of `encoder` with its token embeddings `embeddings` and every `nn.Linear` an `Int8Linear`
     (each fp32 one then `release`d). Each replacement goes into deepcopy's memo, so no fp32 matrix is ever
     copied (only norms and tables)."""

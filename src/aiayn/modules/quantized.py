@@ -4,7 +4,11 @@ Weights are quantized once per output channel and activations at every call per 
 symmetric: w ≈ sw[o] · qw[o, i] and x ≈ sx[r] · qx[r, i], with q in [-127, 127] and the scale
 max|·| / 127. The int8 x int8 product (int32 accumulation, VNNI or AMX where the CPU has them) runs
 in oneDNN's quantized linear on weights packed once (`torch.ops.onednn.qlinear_pointwise`, with the
-per-channel sw fused); the result is rescaled by sx[r] with the bias added in fp32.
+per-channel sw fused); the result is rescaled by sx[r] with the bias added in fp32. Fewer than MIN_ROWS
+rows are padded with zero rows: for a few rows oneDNN took a path up to 300x slower at some shapes
+(one row of a 768x256 layer 4.1 ms against 0.05 for 16; of 8,000x256, 43 ms; any layer of 32 outputs
+below 16 rows), and 16 rows cost no more than one where it did not (opus-mt's output projection 1.6 ms
+for 16 rows against 1.8 for one; `benchmarks/int8_matmul.py`, int8_packed).
 
 One int8 copy of each matrix: the packed weights. The codes as rows (out, in) are kept beside them
 only where rows are read by index (a tied output projection is also the embedding table: `Int8Rows`),
@@ -28,6 +32,10 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+
+MIN_ROWS = 16  # oneDNN's quantized linear runs at least this many rows (see the module doc)
+SMALL = 2**18  # a layer of at most this many weights keeps its codes and runs fewer than MIN_ROWS rows on them
 
 
 def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -76,7 +84,8 @@ class Int8Linear(nn.Module):
         q, scale = quantize_weight(weight)  # (out, in), (out, 1)
         self.register_buffer("scale", scale.view(-1))  # (out,)
         self.packed = _prepack(q)  # oneDNN's own layout of the codes, or None (no oneDNN, or not on the CPU)
-        self.rows = Int8Rows(q, scale) if keep_rows or self.packed is None else None
+        self.small = q.numel() <= SMALL
+        self.rows = Int8Rows(q, scale) if keep_rows or self.small or self.packed is None else None
         self.zero_points = torch.zeros(self.out_features, dtype=torch.long)  # symmetric: all 0 (oneDNN asks)
         bias = torch.zeros(self.out_features) if bias is None else bias.detach().float().clone()  # its own memory
         self.register_buffer("bias", bias.to(weight.device))
@@ -94,11 +103,14 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        if self.packed is None:
+        if self.packed is None or (self.small and qx.shape[0] < MIN_ROWS):
             y = torch.mul(torch._int_mm(qx, self.rows.codes.t()), self.scale)  # (M, out): int32 read, float written
         else:  # (qx qwᵀ) · sw as one call: x_scale 1, zero points 0, float32 out, no fused op
+            m = qx.shape[0]
+            if m < MIN_ROWS:  # zero rows below: integer products, so each row's result is the same bits
+                qx = torch.cat([qx, qx.new_zeros(MIN_ROWS - m, self.in_features)])
             y = torch.ops.onednn.qlinear_pointwise(qx, 1.0, 0, self.packed, self.scale, self.zero_points, None,
-                                                   1.0, 0, torch.float32, "none", [], "")
+                                                   1.0, 0, torch.float32, "none", [], "")[:m]
         y.mul_(sx)  # in place: no third buffer
         return (y.add_(self.bias) if self.has_bias else y).view(*lead, self.out_features)  # (..., out)
 
