@@ -13,16 +13,16 @@ fp32 by each candidate:
     bf16        the same in bf16 (native only with avx512_bf16 or AMX)
     fbgemm      torch.ops.quantized.linear_dynamic: FBGEMM's fused dynamic int8 linear, what torch.ao's
                 dynamic quantization runs; activations quantized with one scale for the whole batch
-    int8_rows   Int8Linear's arithmetic on torch._int_mm (activations quantized per row, rescaled in
-                place), which repacks the weight at every call: where torch has no oneDNN
-    int8_packed aiayn's Int8Linear: the same arithmetic and bits on oneDNN's quantized linear with the
-                weights packed once
+    int8_rows   aiayn's Int8Linear below PACKED_OUT outputs: activations quantized per row, torch._int_mm
+                on the codes (which it repacks at every call), rescaled in place
+    int8_packed the same arithmetic and bits on oneDNN's quantized linear with the weights packed once,
+                fewer than MIN_ROWS rows padded: what Int8Linear runs from PACKED_OUT outputs on
     w8_only     torch._weight_int8pack_mm: int8 weights, fp32 activations (timed up to 4 rows only: at
                 32 rows it was already 20x slower than fp32)
 
-`aiayn.modules.quantized` explains the choice: activations quantized per row (int8_packed, and
-int8_rows where there is no oneDNN), because a row's result must not depend on the other rows of its
-batch, which fbgemm's per-batch scale breaks.
+`aiayn.modules.quantized` explains the choice: activations quantized per row (int8_rows, and int8_packed
+for an output projection), because a row's result must not depend on the other rows of its batch, which
+fbgemm's per-batch scale breaks.
 
     .venv/bin/python benchmarks/int8_matmul.py [--size small|opus] [--runs 5] [--json]
 """
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
 from aiayn.models.fast_decoder import _affine  # noqa: E402
-from aiayn.modules.quantized import Int8Linear  # noqa: E402
+from aiayn.modules.quantized import Int8Linear, prepack  # noqa: E402
 
 SIZES = {  # (in, out) of each layer
     "small": {"qkv": (256, 768), "ff1": (256, 1024), "ff2": (1024, 256), "output": (256, 8000)},
@@ -57,8 +57,9 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
     wt = weight.t().contiguous()
     wt16, b16 = wt.bfloat16(), bias.bfloat16()
     rows = Int8Linear(weight, bias, keep_rows=True)
-    rows.packed = None  # torch._int_mm on the codes, as where torch has no oneDNN
-    packed = Int8Linear(weight, bias)  # oneDNN's packed weights: what Int8Linear runs
+    rows.packed = None  # torch._int_mm on the codes
+    packed = Int8Linear(weight, bias, keep_rows=True)
+    packed.packed = prepack(packed.rows.codes)  # oneDNN's packed weights, whatever the layer's size
     scale = (weight.abs().amax(1) / 127).clamp(min=1e-12)
     q = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
     with warnings.catch_warnings():

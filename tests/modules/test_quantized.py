@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.modules.quantized import SMALL, Int8Embeddings, Int8Linear, Int8Rows, quantize_rows, quantize_weight
+from aiayn.modules.quantized import (PACKED_OUT, Int8Embeddings, Int8Linear, Int8Rows, prepack, quantize_rows,
+                                     quantize_weight)
 
 
 @pytest.mark.parametrize("rows", [1, 4, 33])
@@ -25,14 +26,13 @@ def test_int8_linear_equals_its_dequantized_reference_within_the_activation_step
 
 
 @pytest.mark.parametrize("rows", [1, 3, 20])
-@pytest.mark.parametrize("out", [5, SMALL // 8 + 1])  # a small layer; one above SMALL (packed, padded rows)
+@pytest.mark.parametrize("out", [5, PACKED_OUT])  # a layer's size; an output projection's
 @pytest.mark.parametrize("packed", [True, False])  # oneDNN's packed weights; torch._int_mm on the codes
 def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows, packed, out):
     """Activations are quantized per row: a sentence decodes the same alone or batched."""
     q = Int8Linear(torch.randn(out, 8), torch.randn(out), keep_rows=True)
-    if not packed:
-        q.packed = None
-    elif q.packed is None:
+    q.packed = prepack(q.rows.codes) if packed else None  # either product at either size
+    if packed and q.packed is None:
         pytest.skip("this torch has no oneDNN")
     x = torch.randn(2, rows, 8)
     x[0] *= 100  # a neighbour with a far larger range would change a per-batch scale
@@ -41,13 +41,15 @@ def test_a_row_gives_the_same_result_whatever_shares_its_batch(rows, packed, out
     assert torch.equal(y[1, -1], q(x[1, -1][None])[0])
 
 
-def test_one_int8_copy_of_a_large_matrix_unless_its_rows_are_read():
-    """The packed weights alone where oneDNN packs them; the codes as rows too only for a table (`keep_rows`)
-    or a layer of at most SMALL weights, and the same bits from both."""
-    weight, x = torch.randn(SMALL // 64 + 1, 64), torch.randn(3, 64)
+def test_one_int8_copy_of_a_matrix_unless_its_rows_are_read():
+    """An output projection keeps the packed weights alone where oneDNN packs them, and its codes as rows too
+    only for a table (`keep_rows`); a smaller layer keeps its codes alone. The same bits from both."""
+    weight, x = torch.randn(PACKED_OUT, 6), torch.randn(3, 6)
     plain, table = Int8Linear(weight, None), Int8Linear(weight, None, keep_rows=True)
     assert (plain.rows is None) == torch.backends.mkldnn.is_available()
-    assert table.rows is not None and Int8Linear(torch.randn(7, 6), None).rows is not None
+    assert table.rows is not None
+    small = Int8Linear(torch.randn(PACKED_OUT - 1, 6), None)
+    assert small.packed is None and small.rows is not None
     assert torch.equal(plain.dequantized_weight(), table.dequantized_weight())
     table.packed = None  # torch._int_mm on the kept codes
     assert torch.equal(plain(x), table(x))

@@ -2,20 +2,21 @@
 
 Weights are quantized once per output channel and activations at every call per row, both
 symmetric: w ≈ sw[o] · qw[o, i] and x ≈ sx[r] · qx[r, i], with q in [-127, 127] and the scale
-max|·| / 127. The int8 x int8 product (int32 accumulation, VNNI or AMX where the CPU has them) runs
-in oneDNN's quantized linear on weights packed once (`torch.ops.onednn.qlinear_pointwise`, with the
-per-channel sw fused); the result is rescaled by sx[r] with the bias added in fp32. Fewer than MIN_ROWS
-rows are padded with zero rows: for a few rows oneDNN took a path up to 300x slower at some shapes
-(one row of a 768x256 layer 4.1 ms against 0.05 for 16; of 8,000x256, 43 ms; any layer of 32 outputs
-below 16 rows), and 16 rows cost no more than one where it did not (opus-mt's output projection 1.6 ms
-for 16 rows against 1.8 for one; `benchmarks/int8_matmul.py`, int8_packed).
+max|·| / 127. The int8 x int8 product (int32 accumulation, VNNI or AMX where the CPU has them) is
+rescaled by sw[o] · sx[r], with the bias added in fp32.
 
-One int8 copy of each matrix: the packed weights. The codes as rows (out, in) are kept beside them
-only where rows are read by index (a tied output projection is also the embedding table: `Int8Rows`),
-or where this torch has no oneDNN, which multiplies them with `torch._int_mm` (the same bits; it
-repacks the weight at every call: opus-mt's 58,101-id output projection 2.8 ms against 1.5 packed for
-one row, 4.6 against 2.3 for 32, and the small layers alike within 1.4x either way,
-`benchmarks/int8_matmul.py --size opus`, int8_rows and int8_packed).
+One int8 copy of each matrix, in the layout its product is fastest from
+(`benchmarks/int8_matmul.py --size opus`, int8_rows against int8_packed):
+- a layer of PACKED_OUT outputs or more (an output projection) keeps oneDNN's packed weights
+  (`torch.ops.onednn.qlinear_pointwise`, sw fused): opus-mt's 58,101 ids 1.7 ms against 2.6 for one
+  row, 1.8 against 3.4 for 16. Fewer than MIN_ROWS rows are padded with zero rows: for a few rows
+  oneDNN took a path up to 300x slower at some shapes (one row of 8,000x256: 43 ms against 0.4 for
+  16), and 16 rows cost no more than one where it did not. A tied output projection keeps its codes
+  as rows too: they are the embedding table (`Int8Rows`).
+- a smaller layer keeps its codes (out, in) and multiplies them with `torch._int_mm`, which repacks
+  them at every call but was faster than the packed weights below 16 rows (opus-mt's ff2 87 µs
+  against 126 for one row) and within 1.5x above.
+Both give the same bits for a row whatever the other rows are.
 
 Per row, as CTranslate2 and torchao's dynamic int8 do: a row's result depends on that row
 alone, so a sentence decodes the same whatever else shares its batch (continuous batching's
@@ -34,8 +35,8 @@ import torch
 from torch import Tensor, nn
 
 
-MIN_ROWS = 16  # oneDNN's quantized linear runs at least this many rows (see the module doc)
-SMALL = 2**18  # a layer of at most this many weights keeps its codes and runs fewer than MIN_ROWS rows on them
+PACKED_OUT = 8192  # a layer of this many outputs or more multiplies oneDNN's packed weights (see the module doc)
+MIN_ROWS = 16  # which run at least this many rows
 
 
 def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -83,9 +84,8 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = weight.shape
         q, scale = quantize_weight(weight)  # (out, in), (out, 1)
         self.register_buffer("scale", scale.view(-1))  # (out,)
-        self.packed = _prepack(q)  # oneDNN's own layout of the codes, or None (no oneDNN, or not on the CPU)
-        self.small = q.numel() <= SMALL
-        self.rows = Int8Rows(q, scale) if keep_rows or self.small or self.packed is None else None
+        self.packed = prepack(q) if self.out_features >= PACKED_OUT else None  # oneDNN's layout of the codes
+        self.rows = Int8Rows(q, scale) if keep_rows or self.packed is None else None
         self.zero_points = torch.zeros(self.out_features, dtype=torch.long)  # symmetric: all 0 (oneDNN asks)
         bias = torch.zeros(self.out_features) if bias is None else bias.detach().float().clone()  # its own memory
         self.register_buffer("bias", bias.to(weight.device))
@@ -103,7 +103,7 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         qx, sx = quantize_rows(x.reshape(-1, self.in_features))  # (M, in), (M, 1)
-        if self.packed is None or (self.small and qx.shape[0] < MIN_ROWS):
+        if self.packed is None:
             y = torch.mul(torch._int_mm(qx, self.rows.codes.t()), self.scale)  # (M, out): int32 read, float written
         else:  # (qx qwᵀ) · sw as one call: x_scale 1, zero points 0, float32 out, no fused op
             m = qx.shape[0]
@@ -118,9 +118,9 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-def _prepack(q: Tensor) -> Tensor | None:
-    """The codes q (out, in) packed for oneDNN's quantized linear (any row count), or None where this torch
-    has no oneDNN or q is not on the CPU: `Int8Linear` then multiplies with `torch._int_mm`."""
+def prepack(q: Tensor) -> Tensor | None:
+    """The codes q (out, in) packed for oneDNN's quantized linear, or None where this torch has no oneDNN or
+    q is not on the CPU: `Int8Linear` then multiplies with `torch._int_mm`."""
     prepack = getattr(torch.ops.onednn, "qlinear_prepack", None) if torch.backends.mkldnn.is_available() else None
     if prepack is None or q.device.type != "cpu":
         return None
