@@ -17,6 +17,7 @@ fp32 by each candidate:
                 on the codes (which it repacks at every call), rescaled in place
     int8_packed the same arithmetic and bits on oneDNN's quantized linear with the weights packed once,
                 fewer than MIN_ROWS rows padded: what Int8Linear runs from PACKED_OUT outputs on
+    int8_unpadded the same with the rows as they come: oneDNN's slow path for a few rows at some shapes
     w8_only     torch._weight_int8pack_mm: int8 weights, fp32 activations (timed up to 4 rows only: at
                 32 rows it was already 20x slower than fp32)
 
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
 from aiayn.models.fast_decoder import _affine  # noqa: E402
+from aiayn.modules import quantized  # noqa: E402
 from aiayn.modules.quantized import Int8Linear, prepack  # noqa: E402
 
 SIZES = {  # (in, out) of each layer
@@ -49,7 +51,7 @@ SIZES = {  # (in, out) of each layer
     "opus": {"qkv": (512, 1536), "ff1": (512, 2048), "ff2": (2048, 512), "output": (512, 58101)},
 }
 ROWS = (1, 4, 32, 128)
-CANDIDATES = ("fp32", "fp32_t", "bf16", "fbgemm", "int8_rows", "int8_packed", "w8_only")
+CANDIDATES = ("fp32", "fp32_t", "bf16", "fbgemm", "int8_rows", "int8_packed", "int8_unpadded", "w8_only")
 
 
 def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
@@ -73,8 +75,17 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
         "fbgemm": lambda x: torch.ops.quantized.linear_dynamic(x, fbgemm, False),
         "int8_rows": rows,
         "int8_packed": packed,
+        "int8_unpadded": lambda x: _unpadded(packed, x),
         "w8_only": lambda x: torch._weight_int8pack_mm(x, q, scale) + bias,
     }
+
+
+def _unpadded(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    before, quantized.MIN_ROWS = quantized.MIN_ROWS, 1  # the rows as they come
+    try:
+        return layer(x)
+    finally:
+        quantized.MIN_ROWS = before
 
 
 def time_us(fn, x: torch.Tensor, runs: int, calls: int) -> float:

@@ -9,10 +9,11 @@ One int8 copy of each matrix, in the layout its product is fastest from
 (`benchmarks/int8_matmul.py --size opus`, int8_rows against int8_packed):
 - a layer of PACKED_OUT outputs or more (an output projection) keeps oneDNN's packed weights
   (`torch.ops.onednn.qlinear_pointwise`, sw fused): opus-mt's 58,101 ids 1.7 ms against 2.6 for one
-  row, 1.8 against 3.4 for 16. Fewer than MIN_ROWS rows are padded with zero rows: for a few rows
-  oneDNN took a path up to 300x slower at some shapes (one row of 8,000x256: 43 ms against 0.4 for
-  16), and 16 rows cost no more than one where it did not. A tied output projection keeps its codes
-  as rows too: they are the embedding table (`Int8Rows`).
+  row, 1.8 against 3.4 for 16. Fewer than MIN_ROWS rows are padded with zero rows: for one row
+  oneDNN took a path up to 280x slower at some shapes (an 8,000x256 matrix, the `small` preset's
+  output shape: 41 ms against 0.15 padded; `--size small`, int8_unpadded against int8_packed), and 16
+  rows cost no more than one where it did not. A tied output projection keeps its codes as rows too:
+  they are the embedding table (`Int8Rows`).
 - a smaller layer keeps its codes (out, in) and multiplies them with `torch._int_mm`, which repacks
   them at every call but was faster than the packed weights below 16 rows (opus-mt's ff2 87 µs
   against 126 for one row) and within 1.5x above.
