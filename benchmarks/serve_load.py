@@ -231,11 +231,11 @@ def in_process(model: Path, sentences: list[str], flight: int, clients: tuple[in
     runs = {("in-process", "-"): lambda: translator.translate(sentences) and None,
             (f"in-process, calls of {flight}", "-"): lambda: [translator.translate(sentences[i:i + flight])
                                                               for i in range(0, len(sentences), flight)] and None}
-    if translator.continuous() is None:  # greedy or beam 1 in task.json: the server decodes whole batches too
-        print(f"{model}: its task.json decodes without beam search: no continuous rows", file=sys.stderr)
-        clients, flight = (), 0
-    for n in clients or ((flight,) if flight else ()):
-        runs[("in-process continuous", n)] = lambda n=n: continuously(translator, sentences, min(n, flight))
+    if translator.continuous() is None:  # greedy, sampling or beam 1: the server decodes whole batches too
+        print(f"{model}: no continuous search with its task.json's settings: no continuous rows", file=sys.stderr)
+    else:
+        for n in clients or (flight,):
+            runs[("in-process continuous", n)] = lambda n=n: continuously(translator, sentences, min(n, flight))
     rows = []
     for (name, n), run in runs.items():
         start, cpu_start = time.perf_counter(), time.process_time()
@@ -283,14 +283,19 @@ def read_sentences(n: int) -> list[str]:
 
 
 def cpu_seconds(pid: int) -> tuple[float, float]:
-    """CPU seconds so far of process `pid` (the server's HTTP process) and of all its descendants (the
-    fork server and its decoder processes), from /proc."""
+    """CPU seconds so far of process `pid` (the server's HTTP process, and its decoding thread with
+    --worker thread) and of all its live descendants (the fork server and its decoder processes), from
+    /proc; a process that exits meanwhile counts as 0."""
     def used(p: str) -> float:
-        fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        return 0.0
 
     def descendants(p: str) -> list[str]:
-        kids = [c for task in Path(f"/proc/{p}/task").iterdir() for c in (task / "children").read_text().split()]
+        kids = []
+        with contextlib.suppress(OSError):
+            kids = [c for task in Path(f"/proc/{p}/task").iterdir() for c in (task / "children").read_text().split()]
         return kids + [d for k in kids for d in descendants(k)]
 
     return used(str(pid)), sum(used(p) for p in descendants(str(pid)))

@@ -52,7 +52,8 @@ def test_page_out_hands_back_a_mapped_tensors_pages_and_keeps_its_values(tmp_pat
     want = mapped.clone()
     assert torch.equal(mapped, want)  # every page read: resident
     before = _rss()
-    assert page_out(mapped)
+    if not page_out(mapped):
+        pytest.skip("this kernel does not take MADV_PAGEOUT (Linux 5.4+)")
     assert before - _rss() > 16 * 2**20
     assert torch.equal(mapped, want)  # read again from the file
 

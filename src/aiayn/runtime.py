@@ -120,7 +120,8 @@ def page_out(t) -> bool:
     """Have the kernel reclaim the whole pages of tensor `t` now (madvise MADV_PAGEOUT, Linux 5.4+). For a
     tensor memory-mapped from a file (`PretrainedModel.assign_weights`) its clean pages are dropped and read
     from the file again if touched: nothing is lost, and quantizing a model one matrix after another does
-    not hold the whole fp32 file resident. False where the kernel or C library does not take it."""
+    not hold the whole fp32 file resident. Memory not backed by a file (a tensor written since) goes to swap
+    where there is swap, else stays. False where the kernel or C library does not take it."""
     import ctypes
     import mmap
     import platform

@@ -14,9 +14,10 @@ import torch.nn.functional as F
 from aiayn.config import DecodeConfig, TransformerConfig
 from aiayn.decoding import beam_search, for_inference, greedy_search
 from aiayn.models import Transformer, load_model
+from aiayn.models import fast_decoder
 from aiayn.models.fast_decoder import FastDecoder
 from aiayn.modules.cache_merge import concat
-from aiayn.modules.quantized import Int8Embeddings, Int8Linear
+from aiayn.modules.quantized import PACKED_OUT, Int8Linear
 from copy_task import _batch, train_and_copy
 
 V = 24
@@ -72,7 +73,7 @@ def dequantized_reference(decoder: FastDecoder) -> FastDecoder:
     decoder.output.int8 = fp32(decoder.output.int8)
     for module in list(decoder.encoder.modules()):
         for name, child in module.named_children():
-            if isinstance(child, Int8Linear) and not isinstance(module, Int8Embeddings):  # embeddings: its rows
+            if isinstance(child, Int8Linear):
                 setattr(module, name, _Dequantized(child))
     return decoder
 
@@ -100,6 +101,34 @@ def test_int8_steps_equal_the_dequantized_reference_up_to_the_activation_roundin
         assert (want - full).abs().max() > 0  # the reference really uses the quantized weights
         assert (got - want).abs().max() > 0  # and the int8 path really quantizes the activations
         tokens = want.argmax(-1)
+
+
+@torch.inference_mode()
+def test_int8_hands_back_every_fp32_matrix_of_a_mapped_model_and_nothing_of_one_in_memory(tmp_path, monkeypatch):
+    handed_back = []
+    monkeypatch.setattr(fast_decoder, "page_out", lambda t: handed_back.append(t.data_ptr()))
+    model = tiny(share_embeddings=False, tie_output=False)
+    model.save_pretrained(tmp_path)
+    FastDecoder(model, "int8")
+    assert handed_back == []
+    mapped = load_model(tmp_path)
+    FastDecoder(mapped, "int8")
+    matrices = [m.weight for m in mapped.modules() if isinstance(m, torch.nn.Linear)]
+    matrices += [mapped.encoder.embed.weight, mapped.decoder.embed.weight]
+    assert {t.data_ptr() for t in matrices} <= set(handed_back)
+
+
+@torch.inference_mode()
+def test_int8_with_a_packed_output_projection_equals_its_dequantized_reference():
+    """A vocabulary of PACKED_OUT ids or more: the output projection on oneDNN's packed weights, a step's
+    few rows padded, its codes kept as the tied embedding rows."""
+    torch.manual_seed(0)
+    model = Transformer(TransformerConfig.preset("tiny", src_vocab_size=PACKED_OUT)).eval()
+    int8, ref = FastDecoder(model, "int8"), dequantized_reference(FastDecoder(model, "int8"))
+    assert int8.output.int8.rows is not None and (int8.output.int8.packed is not None) == torch.backends.mkldnn.is_available()
+    src, tokens = sources(3), torch.randint(4, PACKED_OUT, (3,))
+    got, want = int8.step(tokens, int8.start(src)), ref.step(tokens, ref.start(src))
+    assert (got - want).abs().max() < 0.05 * want.std()
 
 
 @torch.inference_mode()

@@ -130,6 +130,7 @@ class PretrainedModel(nn.Module):
             load_model(self, str(path), device=str(device))
         except Exception as e:  # safetensors raises several types for truncated/corrupt/mismatched files
             raise ValueError(f"{path}: cannot load weights ({_first_lines(e)})") from e
+        self.mapped = False  # copied into its tensors: no longer the file's pages
 
     def assign_weights(self, path: str | Path, device: str | torch.device = "cpu") -> None:
         """Make the tensors of model.safetensors this model's own, for a model built on the meta device

@@ -12,8 +12,8 @@ logits bias); it reads and extends the same `KVCache`, and the tests check its l
 Memory: it copies no weight it can read as it is. In fp32 it reads the model's own tensors; in bf16
 it holds bf16 copies of the decoder's matrices and the output projection (the rest is the model's);
 in int8 it holds one int8 copy of every matrix (the encoder's, the decoder's, the embeddings and the
-output projection, whose codes a tied table also reads as rows: about a quarter of the model's fp32
-size, `modules.quantized`) and keeps no reference to the model, so
+output projection; a tied output projection two, `modules.quantized`: about 0.4 of the model's fp32
+size at opus-mt's) and keeps no reference to the model, so
 the fp32 weights can be freed (a `Translator` in int8 lets them go). Weights changed after it was
 built (in place, as an optimizer does, or replaced) are refused at the next `start`: rebuild it
 (`model.fast_decoder()`, `Translator.refresh()`); it never mixes old and new weights. All per-call
@@ -238,6 +238,8 @@ class FastDecoder:
             self.embed = Int8Embeddings(table, dec.embed.scale)
             src_embed = self.embed if model.encoder.embed is dec.embed else Int8Embeddings(
                 Int8Rows.quantize(model.encoder.embed.weight), model.encoder.embed.scale)
+            release(dec.embed)
+            release(model.encoder.embed)
             self.encoder = _int8_encoder(model.encoder, src_embed, release)
             release_freed_memory()  # quantizing's float temporaries, left in the heap (90 MB at opus-mt's size)
 

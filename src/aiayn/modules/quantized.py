@@ -5,15 +5,16 @@ symmetric: w ≈ sw[o] · qw[o, i] and x ≈ sx[r] · qx[r, i], with q in [-127,
 max|·| / 127. The int8 x int8 product (int32 accumulation, VNNI or AMX where the CPU has them) is
 rescaled by sw[o] · sx[r], with the bias added in fp32.
 
-One int8 copy of each matrix, in the layout its product is fastest from
+One int8 copy of each matrix (two for a tied output projection: its codes are also the embedding
+table), in the layout its product is fastest from
 (`benchmarks/int8_matmul.py --size opus`, int8_rows against int8_packed):
 - a layer of PACKED_OUT outputs or more (an output projection) keeps oneDNN's packed weights
   (`torch.ops.onednn.qlinear_pointwise`, sw fused): opus-mt's 58,101 ids 1.7 ms against 2.6 for one
   row, 1.8 against 3.4 for 16. Fewer than MIN_ROWS rows are padded with zero rows: for one row
   oneDNN took a path up to 280x slower at some shapes (an 8,000x256 matrix, the `small` preset's
   output shape: 41 ms against 0.15 padded; `--size small`, int8_unpadded against int8_packed), and 16
-  rows cost no more than one where it did not. A tied output projection keeps its codes as rows too:
-  they are the embedding table (`Int8Rows`).
+  rows cost no more than one where it did not. A tied output projection keeps its codes as rows too,
+  beside the packed weights (oneDNN's copy): they are the embedding table (`Int8Rows`).
 - a smaller layer keeps its codes (out, in) and multiplies them with `torch._int_mm`, which repacks
   them at every call but was faster than the packed weights below 16 rows (opus-mt's ff2 87 µs
   against 126 for one row) and within 1.5x above.
@@ -49,11 +50,11 @@ def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
 def quantize_weight(weight: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
     """`quantize_rows` of a weight (out, in), `chunk` rows at a time: an output projection of 58,101 ids
     needs no float temporary of its own size (119 MB at opus-mt's, beside the file being loaded)."""
-    weight = weight.detach().float()
+    weight = weight.detach()
     codes = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)  # (out, in)
     scale = torch.empty(weight.shape[0], 1, device=weight.device)  # (out, 1)
     for i in range(0, weight.shape[0], chunk):
-        codes[i:i + chunk], scale[i:i + chunk] = quantize_rows(weight[i:i + chunk])
+        codes[i:i + chunk], scale[i:i + chunk] = quantize_rows(weight[i:i + chunk].float())
     return codes, scale
 
 
@@ -122,10 +123,10 @@ class Int8Linear(nn.Module):
 def prepack(q: Tensor) -> Tensor | None:
     """The codes q (out, in) packed for oneDNN's quantized linear, or None where this torch has no oneDNN or
     q is not on the CPU: `Int8Linear` then multiplies with `torch._int_mm`."""
-    prepack = getattr(torch.ops.onednn, "qlinear_prepack", None) if torch.backends.mkldnn.is_available() else None
-    if prepack is None or q.device.type != "cpu":
+    pack = getattr(torch.ops.onednn, "qlinear_prepack", None) if torch.backends.mkldnn.is_available() else None
+    if pack is None or q.device.type != "cpu":
         return None
-    return prepack(q, [1, q.shape[1]])
+    return pack(q, [1, q.shape[1]])
 
 
 class Int8Embeddings(nn.Module):
