@@ -43,7 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import add_common_arguments, emit_json, format_table, set_threads  # noqa: E402
 
 from aiayn.models.fast_decoder import _affine  # noqa: E402
-from aiayn.modules import quantized  # noqa: E402
 from aiayn.modules.quantized import Int8Linear, prepack  # noqa: E402
 
 SIZES = {  # (in, out) of each layer
@@ -62,6 +61,8 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
     rows.packed = None  # torch._int_mm on the codes
     packed = Int8Linear(weight, bias, keep_rows=True)
     packed.packed = prepack(packed.rows.codes)  # oneDNN's packed weights, whatever the layer's size
+    unpadded = Int8Linear(weight, bias)
+    unpadded.packed, unpadded.min_rows = packed.packed, 1  # the same, the rows as they come
     scale = (weight.abs().amax(1) / 127).clamp(min=1e-12)
     q = torch.round(weight / scale[:, None]).to(torch.int8)  # (out, in)
     with warnings.catch_warnings():
@@ -75,17 +76,9 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict:
         "fbgemm": lambda x: torch.ops.quantized.linear_dynamic(x, fbgemm, False),
         "int8_rows": rows,
         "int8_packed": packed,
-        "int8_unpadded": lambda x: _unpadded(packed, x),
+        "int8_unpadded": unpadded,
         "w8_only": lambda x: torch._weight_int8pack_mm(x, q, scale) + bias,
     }
-
-
-def _unpadded(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
-    before, quantized.MIN_ROWS = quantized.MIN_ROWS, 1  # the rows as they come
-    try:
-        return layer(x)
-    finally:
-        quantized.MIN_ROWS = before
 
 
 def time_us(fn, x: torch.Tensor, runs: int, calls: int) -> float:

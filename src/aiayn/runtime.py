@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import mmap
 import os
+import platform
 import random
 from typing import Iterator
 
@@ -87,6 +90,13 @@ def no_cudnn_attention(device) -> Iterator[None]:
         torch.backends.cuda.enable_cudnn_sdp(was)
 
 
+def _glibc() -> ctypes.CDLL | None:
+    """The process's C library where it is Linux's glibc (mallopt, malloc_trim, madvise), else None."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    return ctypes.CDLL(None)
+
+
 def keep_freed_memory() -> bool:
     """Have glibc's malloc keep freed memory for reuse instead of returning it to the system. By
     default a block over 32 MB (a (K, T, V) float32 vocabulary tensor is 47 MB on AESLC's batches)
@@ -94,26 +104,17 @@ def keep_freed_memory() -> bool:
     the copy mixture and loss of an AESLC update 2x slower (`benchmarks/cpu_training_ops.py` with
     and without --keep-freed-memory). The process's memory stays at its peak instead.
     For commands (the process is theirs), not for library code. False where glibc is not the C library."""
-    import ctypes
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    libc = ctypes.CDLL(None)
+    libc = _glibc()
     m_trim_threshold, m_mmap_max = -1, -4  # <malloc.h>
-    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))  # a C int
+    return libc is not None and bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def release_freed_memory() -> bool:
     """Hand the memory that is free inside the process back to the system (glibc's `malloc_trim`): after
     a step that peaks and is done, such as training a vocabulary (sentencepiece holds its whole sample), so
     the next step does not stack its own peak on the residue. False where glibc is not the C library."""
-    import ctypes
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    return bool(ctypes.CDLL(None).malloc_trim(0))
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 def page_out(t) -> bool:
@@ -122,18 +123,13 @@ def page_out(t) -> bool:
     from the file again if touched: nothing is lost, and quantizing a model one matrix after another does
     not hold the whole fp32 file resident. Memory not backed by a file (a tensor written since) goes to swap
     where there is swap, else stays. False where the kernel or C library does not take it."""
-    import ctypes
-    import mmap
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or not t.is_cpu:
-        return False
+    libc = _glibc()
     page, madv_pageout = mmap.PAGESIZE, 21  # <sys/mman.h>
     first, end = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
     start, stop = -(-first // page) * page, end // page * page  # the pages wholly inside t
-    if stop <= start:
+    if libc is None or not t.is_cpu or stop <= start:
         return False
-    return ctypes.CDLL(None).madvise(ctypes.c_void_p(start), ctypes.c_size_t(stop - start), madv_pageout) == 0
+    return libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(stop - start), madv_pageout) == 0
 
 
 ONEDNN_CACHE_CAPACITY = "64"  # primitives kept per process (oneDNN's default: 1,024)

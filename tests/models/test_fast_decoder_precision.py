@@ -103,6 +103,19 @@ def test_int8_steps_equal_the_dequantized_reference_up_to_the_activation_roundin
         tokens = want.argmax(-1)
 
 
+@pytest.mark.parametrize("overrides", [{}, {"tie_output": False}, {"share_embeddings": False, "tie_output": False}])
+@torch.inference_mode()
+def test_int8_embeddings_are_the_models_own_tables_within_a_quantization_step(overrides):
+    """Source and target tokens read int8 rows of the model's own tables: the output projection's codes where
+    it is tied to the target embedding, else each table's own."""
+    model = tiny(**overrides)
+    int8, tokens = FastDecoder(model, "int8"), torch.arange(V)[None]
+    for got, table in ((int8.embed, model.decoder.embed), (int8.encoder.embed, model.encoder.embed)):
+        want = table.weight * table.scale  # (V, D)
+        step = want.abs().amax(1, keepdim=True) / 127  # one quantization step of each row
+        assert ((got(tokens)[0] - want).abs() <= step / 2 + 1e-6).all()
+
+
 @torch.inference_mode()
 def test_int8_hands_back_every_fp32_matrix_of_a_mapped_model_and_nothing_of_one_in_memory(tmp_path, monkeypatch):
     handed_back = []

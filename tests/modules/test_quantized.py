@@ -6,8 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.modules.quantized import (PACKED_OUT, Int8Embeddings, Int8Linear, Int8Rows, prepack, quantize_rows,
-                                     quantize_weight)
+from aiayn.modules.quantized import PACKED_OUT, Int8Embeddings, Int8Linear, Int8Rows, prepack
 
 
 @pytest.mark.parametrize("rows", [1, 4, 33])
@@ -65,9 +64,3 @@ def test_int8_embeddings_are_the_dequantized_rows_times_the_scale():
     alone = Int8Rows.quantize(q.dequantized_weight())  # an untied table: its own codes, the same rows
     torch.testing.assert_close(alone(tokens), q.dequantized_weight()[tokens], atol=1e-6, rtol=0)
 
-
-def test_a_weight_quantized_in_chunks_equals_it_quantized_whole():
-    weight = torch.randn(11, 6)
-    codes, scale = quantize_weight(weight, chunk=4)
-    whole = quantize_rows(weight)
-    assert torch.equal(codes, whole[0]) and torch.equal(scale, whole[1])

@@ -137,8 +137,9 @@ class _Output:
     FEW_ROWS = 64
 
     def __init__(self, weight: Tensor, precision: str, tied: bool = False):  # weight (V, D); tied: the embedding
-        self.int8 = Int8Linear(weight, None, keep_rows=tied) if precision == "int8" else None  # rows: the table
+        self.int8 = None
         if precision == "int8":
+            self.int8 = Int8Linear(weight, None, keep_rows=tied)  # its rows: the embedding table when tied
             return
         self.w = weight.bfloat16() if precision == "bf16" else weight  # (V, D)
         self.wt = self.w.t().contiguous() if precision == "bf16" else self.w.t()  # (D, V): bf16's faster layout
@@ -158,6 +159,19 @@ def _own(t, precision: str):
     if precision != "int8" or t is None:
         return t
     return copy.deepcopy(t).requires_grad_(False) if isinstance(t, nn.Module) else t.detach().clone()
+
+
+def _int8_inputs(model, tied: Int8Rows | None, release: Callable[[nn.Module], None]
+                 ) -> tuple[Int8Embeddings, nn.Module]:
+    """The int8 decoder's token embeddings and encoder: int8 rows of the model's tables (`tied`: the
+    output projection's codes, where it is the target embedding), and a copy of its encoder with
+    `Int8Linear`s; each fp32 part `release`d once its copy is made."""
+    tgt, src = model.decoder.embed, model.encoder.embed
+    embed = Int8Embeddings(tied if tied is not None else Int8Rows.quantize(tgt.weight), tgt.scale)
+    src_embed = embed if src is tgt else Int8Embeddings(Int8Rows.quantize(src.weight), src.scale)
+    release(tgt)
+    release(src)
+    return embed, _int8_encoder(model.encoder, src_embed, release)
 
 
 def _int8_encoder(encoder: nn.Module, embeddings: Int8Embeddings, release: Callable[[nn.Module], None]) -> nn.Module:
@@ -233,15 +247,12 @@ class FastDecoder:
         release(out)
         self.model = None if precision == "int8" else model  # fp32 and bf16 read the rest of the live model
         self.encoder, self.embed = model.encoder, dec.embed
-        if precision == "int8":  # int8 rows of the same matrices: the output's when tied, else their own
-            table = self.output.int8.rows if model.output_proj is None else Int8Rows.quantize(dec.embed.weight)
-            self.embed = Int8Embeddings(table, dec.embed.scale)
-            src_embed = self.embed if model.encoder.embed is dec.embed else Int8Embeddings(
-                Int8Rows.quantize(model.encoder.embed.weight), model.encoder.embed.scale)
-            release(dec.embed)
-            release(model.encoder.embed)
-            self.encoder = _int8_encoder(model.encoder, src_embed, release)
-            release_freed_memory()  # quantizing's float temporaries, left in the heap (90 MB at opus-mt's size)
+        if precision == "int8":
+            tied = self.output.int8.rows if model.output_proj is None else None
+            self.embed, self.encoder = _int8_inputs(model, tied, release)
+            # quantizing's freed float temporaries stay in the heap until handed back: an opus-size int8 decoder's
+            # load MB 167 -> 119 (`benchmarks/decode_speed.py --size opus`, ours_int8)
+            release_freed_memory()
 
     # -- the decoding interface ------------------------------------------------------------
     def _check_current(self) -> None:

@@ -47,17 +47,6 @@ def quantize_rows(t: Tensor) -> tuple[Tensor, Tensor]:
     return t.div(scale).round_().to(torch.int8), scale  # one new float buffer, rounded in place
 
 
-def quantize_weight(weight: Tensor, chunk: int = 4096) -> tuple[Tensor, Tensor]:
-    """`quantize_rows` of a weight (out, in), `chunk` rows at a time: an output projection of 58,101 ids
-    needs no float temporary of its own size (119 MB at opus-mt's, beside the file being loaded)."""
-    weight = weight.detach()
-    codes = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)  # (out, in)
-    scale = torch.empty(weight.shape[0], 1, device=weight.device)  # (out, 1)
-    for i in range(0, weight.shape[0], chunk):
-        codes[i:i + chunk], scale[i:i + chunk] = quantize_rows(weight[i:i + chunk].float())
-    return codes, scale
-
-
 class Int8Rows(nn.Module):
     """A (V, D) table as int8 codes with one scale per row, read by row: tokens (...,) long ->
     (..., D) float32, the dequantized rows (the token embeddings of an int8 model)."""
@@ -69,7 +58,7 @@ class Int8Rows(nn.Module):
 
     @classmethod
     def quantize(cls, weight: Tensor) -> "Int8Rows":
-        return cls(*quantize_weight(weight))
+        return cls(*quantize_rows(weight.detach().float()))
 
     def forward(self, tokens: Tensor) -> Tensor:
         flat = tokens.reshape(-1)
@@ -81,10 +70,12 @@ class Int8Linear(nn.Module):
     """`nn.Linear(in, out)` with int8 weights for inference (see the module doc). `keep_rows`: keep
     the codes as rows too (`self.rows`, an `Int8Rows`), for a matrix that is also an embedding table."""
 
+    min_rows = MIN_ROWS  # the packed product's least row count (`benchmarks/int8_matmul.py` sets 1 to time oneDNN's own)
+
     def __init__(self, weight: Tensor, bias: Tensor | None, keep_rows: bool = False):
         super().__init__()
         self.out_features, self.in_features = weight.shape
-        q, scale = quantize_weight(weight)  # (out, in), (out, 1)
+        q, scale = quantize_rows(weight.detach().float())  # (out, in), (out, 1)
         self.register_buffer("scale", scale.view(-1))  # (out,)
         self.packed = prepack(q) if self.out_features >= PACKED_OUT else None  # oneDNN's layout of the codes
         self.rows = Int8Rows(q, scale) if keep_rows or self.packed is None else None
@@ -109,8 +100,8 @@ class Int8Linear(nn.Module):
             y = torch.mul(torch._int_mm(qx, self.rows.codes.t()), self.scale)  # (M, out): int32 read, float written
         else:  # (qx qwᵀ) · sw as one call: x_scale 1, zero points 0, float32 out, no fused op
             m = qx.shape[0]
-            if m < MIN_ROWS:  # zero rows below: integer products, so each row's result is the same bits
-                qx = torch.cat([qx, qx.new_zeros(MIN_ROWS - m, self.in_features)])
+            if m < self.min_rows:  # zero rows below: integer products, so each row's result is the same bits
+                qx = torch.cat([qx, qx.new_zeros(self.min_rows - m, self.in_features)])
             y = torch.ops.onednn.qlinear_pointwise(qx, 1.0, 0, self.packed, self.scale, self.zero_points, None,
                                                    1.0, 0, torch.float32, "none", [], "")[:m]
         y.mul_(sx)  # in place: no third buffer
